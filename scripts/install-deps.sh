@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian package onnx-mirror needs to build, test and run its main job.
+# Idempotent; run as root (CI and the dev machines are root) or with sudo available.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+pkgs=(
+  build-essential cmake ninja-build pkg-config
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libgloo-dev libdnnl-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev
+  dataset-fashion-mnist libonnx-testdata
+  redis-server
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
