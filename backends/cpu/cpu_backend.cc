@@ -1,0 +1,75 @@
+// The CPU Backend: host memory and the kernels registered by the files of this folder.
+#include "backends/cpu/cpu_backend.h"
+
+namespace omt::cpu {
+
+KernelRegistry& cpu_kernel_registry() {
+  static KernelRegistry registry;
+  return registry;
+}
+
+int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  OMT_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), kModel, "axis ", axis,
+            " is out of range for a rank-", rank, " tensor in ", where);
+  return a;
+}
+
+Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& where) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  Shape out(rank, 1);
+  for (const auto& s : shapes) {
+    const size_t off = rank - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[off + i];
+      if (s[i] == o || s[i] == 1) continue;
+      OMT_CHECK(o == 1, kModel, "shapes cannot be broadcast together in ", where, ": ",
+                [&] {
+                  std::string all;
+                  for (const auto& t : shapes) all += shape_str(t) + " ";
+                  return all;
+                }());
+      o = s[i];
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (int64_t i = static_cast<int64_t>(in.size()) - 1; i >= 0; --i) {
+    const size_t o = out.size() - in.size() + static_cast<size_t>(i);
+    strides[o] = in[i] == 1 ? 0 : stride;
+    stride *= in[i];
+  }
+  return strides;
+}
+
+void unsupported_dtype(const KernelInfo& info, DType dtype) {
+  OMT_FAIL(kUnsupported, info.where(), ": the CPU backend has no kernel for dtype ",
+           dtype_name(dtype));
+}
+
+namespace {
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return Device{}; }
+  bool supports(const std::string& domain, const std::string& op_type) const override {
+    return cpu_kernel_registry().find(domain, op_type) != nullptr;
+  }
+  std::unique_ptr<OpKernel> create_kernel(const KernelInfo& info) const override {
+    const KernelFactory* f = cpu_kernel_registry().find(info.domain, info.op_type);
+    OMT_CHECK(f != nullptr, kUnsupported, info.where(),
+              ": the CPU backend has no kernel for this op");
+    return (*f)(info);
+  }
+};
+
+BackendRegistrar register_cpu("cpu", [](int) { return std::make_shared<CpuBackend>(); });
+
+}  // namespace
+}  // namespace omt::cpu

@@ -1,0 +1,379 @@
+// Translation between ONNX protobuf and the IR. The only file (with tensor protos) that
+// includes ONNX's headers.
+#include "graph/onnx_io.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include <cstring>
+#include <set>
+
+#include "common/file_util.h"
+
+namespace omt {
+namespace {
+
+bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+std::string dir_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// ---- tensors ----------------------------------------------------------------------------
+
+template <class Src, class Dst>
+void copy_field(const Src& field, Dst* out, int64_t n, const std::string& what) {
+  OMT_CHECK(field.size() == n, kModel, what, ": holds ", field.size(), " values, its shape needs ",
+            n);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir,
+                         const std::string& source) {
+  const std::string what = str_cat("tensor '", p.name(), "' in ", source);
+  const DType dtype = dtype_from_onnx(p.data_type());
+  OMT_CHECK(dtype != DType::kUndefined, kUnsupported, what, ": data type ", p.data_type(),
+            " is not supported");
+  OMT_CHECK(dtype != DType::kString, kUnsupported, what, ": string tensors are not supported");
+  Shape shape(p.dims().begin(), p.dims().end());
+  for (int64_t d : shape) OMT_CHECK(d >= 0, kModel, what, ": negative dimension");
+  Tensor t = Tensor::zeros(dtype, shape);
+  const int64_t n = t.numel();
+  if (p.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : p.external_data()) {
+      if (kv.key() == "location") location = kv.value();
+      if (kv.key() == "offset") offset = std::stoll(kv.value());
+      if (kv.key() == "length") length = std::stoll(kv.value());
+    }
+    OMT_CHECK(!location.empty(), kModel, what, ": external data without a location");
+    const std::string bytes = read_file_bytes(base_dir + "/" + location, "external tensor data");
+    const int64_t need = static_cast<int64_t>(t.nbytes());
+    OMT_CHECK(length < 0 || length == need, kModel, what, ": external length ", length,
+              " does not match its shape (", need, " bytes)");
+    OMT_CHECK(offset >= 0 && offset + need <= static_cast<int64_t>(bytes.size()), kModel, what,
+              ": external data file '", location, "' is too short");
+    std::memcpy(t.raw(), bytes.data() + offset, static_cast<size_t>(need));
+    return t;
+  }
+  if (p.has_raw_data()) {
+    OMT_CHECK(p.raw_data().size() == t.nbytes(), kModel, what, ": raw_data has ",
+              p.raw_data().size(), " bytes, its shape ", shape_str(shape), " needs ", t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());
+    return t;
+  }
+  switch (dtype) {
+    case DType::kFloat32: copy_field(p.float_data(), t.data<float>(), n, what); break;
+    case DType::kFloat64: copy_field(p.double_data(), t.data<double>(), n, what); break;
+    case DType::kInt64: copy_field(p.int64_data(), t.data<int64_t>(), n, what); break;
+    case DType::kUInt32: copy_field(p.uint64_data(), static_cast<uint32_t*>(t.raw()), n, what); break;
+    case DType::kUInt64: copy_field(p.uint64_data(), static_cast<uint64_t*>(t.raw()), n, what); break;
+    case DType::kInt32: copy_field(p.int32_data(), t.data<int32_t>(), n, what); break;
+    case DType::kInt16: copy_field(p.int32_data(), static_cast<int16_t*>(t.raw()), n, what); break;
+    case DType::kInt8: copy_field(p.int32_data(), static_cast<int8_t*>(t.raw()), n, what); break;
+    case DType::kUInt16: copy_field(p.int32_data(), static_cast<uint16_t*>(t.raw()), n, what); break;
+    case DType::kUInt8: copy_field(p.int32_data(), static_cast<uint8_t*>(t.raw()), n, what); break;
+    case DType::kBool: copy_field(p.int32_data(), static_cast<bool*>(t.raw()), n, what); break;
+    case DType::kFloat16:
+    case DType::kBFloat16: copy_field(p.int32_data(), static_cast<uint16_t*>(t.raw()), n, what); break;
+    default: OMT_FAIL(kUnsupported, what, ": data type ", dtype_name(dtype), " is not supported");
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  p->set_name(name);
+  p->set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  p->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+}
+
+// ---- value infos and attributes ----------------------------------------------------------
+
+ValueInfo value_info_from_proto(const onnx::ValueInfoProto& v) {
+  ValueInfo out;
+  out.name = v.name();
+  if (v.type().has_tensor_type()) {
+    const auto& tt = v.type().tensor_type();
+    out.dtype = dtype_from_onnx(tt.elem_type());
+    if (tt.has_shape()) {
+      std::vector<Dim> dims;
+      for (const auto& d : tt.shape().dim()) {
+        Dim dim;
+        if (d.has_dim_value()) dim.value = d.dim_value();
+        if (d.has_dim_param()) dim.symbol = d.dim_param();
+        dims.push_back(dim);
+      }
+      out.shape = std::move(dims);
+    }
+  }
+  return out;
+}
+
+void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* p) {
+  p->set_name(v.name);
+  auto* tt = p->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int32_t>(v.dtype));
+  if (v.shape) {
+    auto* shape = tt->mutable_shape();
+    for (const Dim& d : *v.shape) {
+      auto* dim = shape->add_dim();
+      if (d.is_fixed()) dim->set_dim_value(d.value);
+      else if (!d.symbol.empty()) dim->set_dim_param(d.symbol);
+    }
+  }
+}
+
+void attributes_from_proto(const onnx::NodeProto& n, AttributeMap& attrs,
+                           const std::string& source) {
+  using A = onnx::AttributeProto;
+  for (const auto& a : n.attribute()) {
+    switch (a.type()) {
+      case A::INT: attrs.set(a.name(), static_cast<int64_t>(a.i())); break;
+      case A::FLOAT: attrs.set(a.name(), a.f()); break;
+      case A::STRING: attrs.set(a.name(), a.s()); break;
+      case A::INTS: attrs.set(a.name(), std::vector<int64_t>(a.ints().begin(), a.ints().end())); break;
+      case A::FLOATS: attrs.set(a.name(), std::vector<float>(a.floats().begin(), a.floats().end())); break;
+      case A::STRINGS:
+        attrs.set(a.name(), std::vector<std::string>(a.strings().begin(), a.strings().end()));
+        break;
+      case A::TENSOR:
+        attrs.set(a.name(), tensor_from_proto(a.t(), ".", source));
+        break;
+      default:
+        // Subgraphs (If, Loop, Scan) and sparse tensors: the op has no kernel here, and the
+        // session reports it as unsupported by name, so the attribute is not kept.
+        break;
+    }
+  }
+}
+
+void attributes_to_proto(const AttributeMap& attrs, onnx::NodeProto* n) {
+  using A = onnx::AttributeProto;
+  for (const auto& [name, value] : attrs.all()) {
+    A* a = n->add_attribute();
+    a->set_name(name);
+    if (auto* i = std::get_if<int64_t>(&value)) {
+      a->set_type(A::INT);
+      a->set_i(*i);
+    } else if (auto* f = std::get_if<float>(&value)) {
+      a->set_type(A::FLOAT);
+      a->set_f(*f);
+    } else if (auto* s = std::get_if<std::string>(&value)) {
+      a->set_type(A::STRING);
+      a->set_s(*s);
+    } else if (auto* is = std::get_if<std::vector<int64_t>>(&value)) {
+      a->set_type(A::INTS);
+      for (int64_t v : *is) a->add_ints(v);
+    } else if (auto* fs = std::get_if<std::vector<float>>(&value)) {
+      a->set_type(A::FLOATS);
+      for (float v : *fs) a->add_floats(v);
+    } else if (auto* ss = std::get_if<std::vector<std::string>>(&value)) {
+      a->set_type(A::STRINGS);
+      for (const auto& v : *ss) a->add_strings(v);
+    } else if (auto* t = std::get_if<Tensor>(&value)) {
+      a->set_type(A::TENSOR);
+      tensor_to_proto(*t, "", a->mutable_t());
+    }
+  }
+}
+
+// ---- import --------------------------------------------------------------------------------
+
+// Note [BatchNormalization training form]: PyTorch exports training-mode BatchNormalization
+// at opset <= 13 with five outputs (Y, running mean/var, saved mean/var). ONNX 1.12's
+// converter refuses outputs 4 and 5 on the way to opset 14+, where the same node is
+// spelled with training_mode=1 and three outputs. The saved statistics are only for
+// backward, which onnx-mirror derives itself, so they are dropped here (an error if anything
+// reads them) and the node is marked as training mode after conversion.
+std::set<std::string> strip_bn_saved_outputs(onnx::GraphProto* g, const std::string& source) {
+  std::set<std::string> consumed;
+  for (const auto& n : g->node())
+    for (const auto& i : n.input()) consumed.insert(i);
+  for (const auto& o : g->output()) consumed.insert(o.name());
+  std::set<std::string> training_nodes;  // identified by their first output
+  for (auto& n : *g->mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || !is_default_domain(n.domain())) continue;
+    if (n.output_size() <= 1) continue;
+    for (int i = 3; i < n.output_size(); ++i) {
+      OMT_CHECK(n.output(i).empty() || !consumed.count(n.output(i)), kUnsupported, source,
+                ": BatchNormalization node '", n.name(), "' output '", n.output(i),
+                "' (saved mean/variance) is read by the graph; only Y and the running "
+                "statistics are supported. Export the model without using them.");
+    }
+    while (n.output_size() > 3) n.mutable_output()->RemoveLast();
+    training_nodes.insert(n.output(0));
+  }
+  return training_nodes;
+}
+
+Graph graph_from_proto(const onnx::GraphProto& g, const std::string& base_dir,
+                       const std::string& source) {
+  Graph graph;
+  graph.name = g.name();
+  graph.doc_string = g.doc_string();
+  for (const auto& init : g.initializer())
+    graph.initializers.set(init.name(), tensor_from_proto(init, base_dir, source));
+  for (const auto& in : g.input()) {
+    if (graph.initializers.has(in.name())) continue;  // an initializer with a default value
+    graph.inputs.push_back(value_info_from_proto(in));
+  }
+  for (const auto& out : g.output()) graph.outputs.push_back(value_info_from_proto(out));
+  for (const auto& vi : g.value_info()) graph.value_info[vi.name()] = value_info_from_proto(vi);
+  int unnamed = 0;
+  for (const auto& n : g.node()) {
+    Node node;
+    node.name = n.name().empty() ? str_cat(n.op_type(), "_", unnamed++) : n.name();
+    node.op_type = n.op_type();
+    node.domain = is_default_domain(n.domain()) ? "" : n.domain();
+    node.inputs.assign(n.input().begin(), n.input().end());
+    node.outputs.assign(n.output().begin(), n.output().end());
+    attributes_from_proto(n, node.attrs, source);
+    graph.nodes.push_back(std::move(node));
+  }
+  topological_sort(graph);
+  return graph;
+}
+
+}  // namespace
+
+Model parse_onnx(const std::string& bytes, const std::string& source,
+                 const ImportOptions& options) {
+  onnx::ModelProto proto;
+  const bool parsed = proto.ParseFromString(bytes);
+  OMT_CHECK(parsed && proto.has_graph() && proto.ir_version() > 0, kModel, "'", source,
+            "' is not an ONNX model (", bytes.empty() ? "the file is empty" :
+            "protobuf parsing failed: the file is truncated or of another format",
+            "). Export it again with torch.onnx.export or onnx.save.");
+  try {
+    onnx::checker::check_model(proto);
+  } catch (const std::exception& e) {
+    OMT_FAIL(kModel, "'", source, "' fails ONNX's model checker: ", e.what());
+  }
+
+  int64_t opset = 0;
+  for (const auto& o : proto.opset_import())
+    if (is_default_domain(o.domain())) opset = o.version();
+  const int64_t original_opset = opset;
+  std::set<std::string> bn_training;
+  if (opset < 14) bn_training = strip_bn_saved_outputs(proto.mutable_graph(), source);
+
+  if (options.convert_opset && opset != kCanonicalOpset) {
+    OMT_CHECK(opset < kCanonicalOpset, kUnsupported, "'", source, "' uses opset ", opset,
+              ", newer than this runtime's ", kCanonicalOpset,
+              ". Export with opset_version=", kCanonicalOpset, " or lower.");
+    try {
+      proto = onnx::version_conversion::ConvertVersion(proto, static_cast<int>(kCanonicalOpset));
+    } catch (const std::exception& e) {
+      OMT_FAIL(kUnsupported, "'", source, "': ONNX's version converter cannot bring opset ",
+               opset, " to ", kCanonicalOpset, ": ", e.what(),
+               ". Export with opset_version=", kCanonicalOpset, ".");
+    }
+    opset = kCanonicalOpset;
+  }
+  for (auto& n : *proto.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || !bn_training.count(n.output(0))) continue;
+    auto* a = n.add_attribute();
+    a->set_name("training_mode");
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(1);
+  }
+  if (options.infer_shapes) {
+    try {
+      onnx::ShapeInferenceOptions si;
+      si.check_type = false;
+      si.error_mode = 0;
+      si.enable_data_propagation = true;
+      onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), si);
+    } catch (const std::exception& e) {
+      OMT_FAIL(kModel, "'", source, "': ONNX shape inference failed: ", e.what());
+    }
+  }
+
+  Model model;
+  model.source_path = source;
+  model.ir_version = proto.ir_version();
+  model.producer_name = proto.producer_name();
+  model.producer_version = proto.producer_version();
+  model.original_opset = original_opset;
+  model.opsets.push_back({"", opset});
+  for (const auto& o : proto.opset_import())
+    if (!is_default_domain(o.domain())) model.opsets.push_back({o.domain(), o.version()});
+  for (const auto& kv : proto.metadata_props()) model.metadata[kv.key()] = kv.value();
+  model.graph = graph_from_proto(proto.graph(), dir_of(source), source);
+  return model;
+}
+
+Model load_onnx(const std::string& path, const ImportOptions& options) {
+  return parse_onnx(read_file_bytes(path, "model file"), path, options);
+}
+
+std::string serialize_onnx(const Model& model) {
+  onnx::ModelProto proto;
+  // IR version 8 is what ONNX 1.12 writes for opset 17.
+  proto.set_ir_version(std::max<int64_t>(model.ir_version, 3));
+  proto.set_producer_name(model.producer_name.empty() ? "onnx-mirror" : model.producer_name);
+  proto.set_producer_version(model.producer_version);
+  for (const auto& o : model.opsets) {
+    auto* op = proto.add_opset_import();
+    op->set_domain(o.domain);
+    op->set_version(o.version);
+  }
+  for (const auto& [k, v] : model.metadata) {
+    auto* kv = proto.add_metadata_props();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  const Graph& g = model.graph;
+  auto* gp = proto.mutable_graph();
+  gp->set_name(g.name.empty() ? "graph" : g.name);
+  gp->set_doc_string(g.doc_string);
+  for (const auto& in : g.inputs) value_info_to_proto(in, gp->add_input());
+  for (const auto& out : g.outputs) value_info_to_proto(out, gp->add_output());
+  for (const auto& name : g.initializers.names())
+    tensor_to_proto(g.initializers.at(name), name, gp->add_initializer());
+  for (const auto& [name, vi] : g.value_info) {
+    if (g.find_input(name) || g.initializers.has(name)) continue;
+    bool is_output = false;
+    for (const auto& o : g.outputs) is_output |= o.name == name;
+    if (!is_output) value_info_to_proto(vi, gp->add_value_info());
+  }
+  for (const auto& n : g.nodes) {
+    auto* np = gp->add_node();
+    np->set_name(n.name);
+    np->set_op_type(n.op_type);
+    np->set_domain(n.domain);
+    for (const auto& i : n.inputs) np->add_input(i);
+    for (const auto& o : n.outputs) np->add_output(o);
+    attributes_to_proto(n.attrs, np);
+  }
+  try {
+    onnx::checker::check_model(proto);
+  } catch (const std::exception& e) {
+    OMT_FAIL(kInternal, "the exported model fails ONNX's checker: ", e.what());
+  }
+  std::string bytes;
+  OMT_CHECK(proto.SerializeToString(&bytes), kInternal, "cannot serialize the model (over 2 GiB?)");
+  return bytes;
+}
+
+void save_onnx(const Model& model, const std::string& path) {
+  write_file_atomic(path, serialize_onnx(model));
+}
+
+Tensor parse_tensor_proto(const std::string& bytes, const std::string& source) {
+  onnx::TensorProto p;
+  OMT_CHECK(p.ParseFromString(bytes), kModel, "'", source, "' is not a serialized TensorProto");
+  return tensor_from_proto(p, dir_of(source), source);
+}
+
+std::string tensor_proto_name(const std::string& bytes) {
+  onnx::TensorProto p;
+  return p.ParseFromString(bytes) ? p.name() : std::string();
+}
+
+}  // namespace omt

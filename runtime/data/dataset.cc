@@ -1,0 +1,129 @@
+#include "runtime/data/dataset.h"
+
+#include <cstdlib>
+
+#include "common/file_util.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/npy.h"
+
+namespace omt {
+namespace {
+
+Tensor labels_to_int64(const Tensor& t, const std::string& source) {
+  OMT_CHECK(dtype_is_integer(t.dtype()), kInvalidArgument, "labels in '", source, "' are ",
+            t.describe(), "; class labels must be integers");
+  Tensor out = Tensor::empty(DType::kInt64, {t.numel()});
+  int64_t* p = out.data<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int64_t>(t.value_as_double(i));
+  return out;
+}
+
+Dataset load_idx_pair(const std::string& images, const std::string& labels, const std::string& source) {
+  Dataset d;
+  d.source = source;
+  d.feature_name = "images";
+  d.features = read_idx(images);
+  d.labels = labels_to_int64(read_idx(labels), labels);
+  OMT_CHECK(d.features.rank() >= 1 && d.features.dim(0) == d.labels.numel(), kInvalidArgument,
+            "'", images, "' holds ", d.features.rank() ? d.features.dim(0) : 0, " samples but '",
+            labels, "' holds ", d.labels.numel(), " labels");
+  return d;
+}
+
+}  // namespace
+
+std::string fashion_mnist_dir() {
+  const char* env = std::getenv("OMT_FASHION_MNIST_DIR");
+  return env && *env ? env : "/usr/share/datasets/fashion-mnist";
+}
+
+Dataset load_dataset(const std::string& spec, const std::string& labels_name,
+                     const std::string& features_name) {
+  if (spec.rfind("fashion-mnist", 0) == 0) {
+    std::string split = spec.size() > 13 && spec[13] == ':' ? spec.substr(14) : "train";
+    OMT_CHECK(split == "train" || split == "test", kInvalidArgument, "unknown split '", split,
+              "' in '", spec, "'; use fashion-mnist:train or fashion-mnist:test");
+    const std::string dir = fashion_mnist_dir();
+    const std::string prefix = dir + "/" + (split == "train" ? "train" : "t10k");
+    return load_idx_pair(prefix + "-images-idx3-ubyte.gz", prefix + "-labels-idx1-ubyte.gz", spec);
+  }
+  const auto comma = spec.find(',');
+  if (comma != std::string::npos) return load_idx_pair(spec.substr(0, comma), spec.substr(comma + 1), spec);
+
+  const NamedTensors arrays = read_arrays(spec);
+  Dataset d;
+  d.source = spec;
+  if (arrays.has(labels_name)) d.labels = labels_to_int64(arrays.at(labels_name), spec);
+  if (!features_name.empty()) {
+    OMT_CHECK(arrays.has(features_name), kInvalidArgument, "'", spec, "' has no array named '",
+              features_name, "'");
+    d.feature_name = features_name;
+  } else {
+    for (const auto& n : arrays.names())
+      if (n != labels_name) {
+        OMT_CHECK(d.feature_name.empty(), kInvalidArgument, "'", spec,
+                  "' holds several feature arrays ('", d.feature_name, "', '", n,
+                  "'); name the one to use");
+        d.feature_name = n;
+      }
+    OMT_CHECK(!d.feature_name.empty(), kInvalidArgument, "'", spec, "' holds no feature array");
+  }
+  d.features = arrays.at(d.feature_name);
+  OMT_CHECK(!d.labels.defined() || d.labels.numel() == d.features.dim(0), kInvalidArgument, "'",
+            spec, "': ", d.features.dim(0), " samples but ", d.labels.numel(), " labels");
+  return d;
+}
+
+Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Preprocess& pre) {
+  const int64_t n = features.dim(0);
+  const int64_t per_sample = n ? features.numel() / n : 0;
+  Shape target = {n};
+  if (input.shape) {
+    OMT_CHECK(!input.shape->empty(), kInvalidArgument, "model input '", input.name,
+              "' is a scalar; it cannot take a batch of samples");
+    int64_t known = 1;
+    int unknown = 0;
+    for (size_t d = 1; d < input.shape->size(); ++d) {
+      const Dim& dim = (*input.shape)[d];
+      target.push_back(dim.is_fixed() ? dim.value : -1);
+      if (dim.is_fixed()) known *= dim.value; else ++unknown;
+    }
+    if (unknown == 1 && known > 0 && per_sample % known == 0) {
+      for (auto& d : target)
+        if (d < 0) d = per_sample / known;
+    } else if (unknown == 0) {
+      OMT_CHECK(known == per_sample, kInvalidArgument, "model input '", input.name, "' expects ",
+                input.shape_str(), " (", known, " values per sample) but the data has samples of ",
+                shape_str(Shape(features.shape().begin() + 1, features.shape().end())), " (",
+                per_sample, " values). Use a model made for this data or reshape the data.");
+    } else {
+      target = features.shape();
+    }
+  } else {
+    target = features.shape();
+  }
+  const DType want = input.dtype == DType::kUndefined ? DType::kFloat32 : input.dtype;
+  Tensor out = Tensor::empty(want, target);
+  const int64_t total = features.numel();
+  if (want == DType::kFloat32) {
+    float* dst = out.data<float>();
+    const bool integer_pixels = dtype_is_integer(features.dtype());
+    const float scale = pre.scale && integer_pixels ? 1.0f / 255.0f : 1.0f;
+    const float inv_std = 1.0f / pre.std;
+    if (features.dtype() == DType::kUInt8) {
+      const uint8_t* src = features.data<uint8_t>();
+      for (int64_t i = 0; i < total; ++i) dst[i] = (src[i] * scale - pre.mean) * inv_std;
+    } else {
+      for (int64_t i = 0; i < total; ++i)
+        dst[i] = (static_cast<float>(features.value_as_double(i)) * scale - pre.mean) * inv_std;
+    }
+  } else {
+    OMT_CHECK(features.dtype() == want, kInvalidArgument, "model input '", input.name, "' is ",
+              dtype_name(want), " but the data is ", features.describe(),
+              "; convert the data to ", dtype_name(want));
+    out = features.reshaped(target);
+  }
+  return out;
+}
+
+}  // namespace omt

@@ -1,0 +1,41 @@
+// Labelled data sets for predict/eval/train: features and int64 labels, from NPZ/NPY files,
+// IDX file pairs, or the name `fashion-mnist` (Debian's dataset-fashion-mnist, as shipped).
+#pragma once
+
+#include <string>
+
+#include "common/tensor.h"
+#include "graph/ir.h"
+
+namespace omt {
+
+struct Dataset {
+  std::string source;
+  std::string feature_name;  // the array's name in the file ("images" for IDX)
+  Tensor features;           // [N, ...] as stored (uint8 images stay uint8 until prepared)
+  Tensor labels;             // int64 [N], or undefined when the data has none
+  int64_t size() const { return features.defined() ? features.dim(0) : 0; }
+};
+
+// Where the Fashion-MNIST files live: $OMT_FASHION_MNIST_DIR or the Debian package's folder.
+std::string fashion_mnist_dir();
+
+// SPEC: "fashion-mnist" or "fashion-mnist:train" / "fashion-mnist:test";
+// "IMAGES.idx[.gz],LABELS.idx[.gz]"; or an .npz with the feature array and a label array
+// named `labels_name` (feature array: `features_name`, or the only other array).
+Dataset load_dataset(const std::string& spec, const std::string& labels_name = "labels",
+                     const std::string& features_name = "");
+
+struct Preprocess {
+  bool scale = true;  // integer pixels -> float in [0,1] (divide by 255)
+  float mean = 0.0f;  // then (x - mean) / std
+  float std = 1.0f;
+};
+
+// Features converted to the dtype and layout of a model input: uint8 images are scaled to
+// [0,1] and normalised; the per-sample shape is reshaped to the input's (e.g. [N,28,28] ->
+// [N,1,28,28] or [N,784]) when the element counts agree. kInvalidArgument otherwise, saying
+// which shapes clash and how to fix it.
+Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Preprocess& pre);
+
+}  // namespace omt

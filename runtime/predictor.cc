@@ -1,0 +1,99 @@
+#include "runtime/predictor.h"
+
+#include <omp.h>
+
+#include <cstring>
+#include <exception>
+#include <thread>
+
+namespace omt {
+
+Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end) {
+  OMT_ASSERT(t.rank() >= 1 && begin >= 0 && begin <= end && end <= t.dim(0), "bad row slice");
+  Shape shape = t.shape();
+  shape[0] = end - begin;
+  Tensor out = Tensor::empty(t.dtype(), shape);
+  const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
+  if (out.nbytes())
+    std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + row * begin, out.nbytes());
+  return out;
+}
+
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  OMT_ASSERT(!parts.empty(), "concat_rows of nothing");
+  Shape shape = parts[0].shape();
+  OMT_ASSERT(!shape.empty(), "concat_rows of scalars");
+  shape[0] = 0;
+  for (const auto& p : parts) shape[0] += p.dim(0);
+  Tensor out = Tensor::empty(parts[0].dtype(), shape);
+  char* dst = static_cast<char*>(out.raw());
+  for (const auto& p : parts) {
+    if (p.nbytes()) std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+Predictor::Predictor(std::shared_ptr<const Model> model, int replicas,
+                     const SessionOptions& options)
+    : model_(std::move(model)) {
+  OMT_CHECK(replicas >= 1, kInvalidArgument, "--replicas must be at least 1, got ", replicas);
+  for (int r = 0; r < replicas; ++r) sessions_.push_back(std::make_unique<Session>(model_, options));
+}
+
+Predictor::~Predictor() = default;
+
+NamedTensors Predictor::run(const NamedTensors& feeds) {
+  if (sessions_.size() == 1) return sessions_[0]->run(feeds);
+  int64_t batch = -1;
+  for (const auto& name : feeds.names()) {
+    const Tensor& t = feeds.at(name);
+    OMT_CHECK(t.rank() >= 1, kInvalidArgument, "input '", name,
+              "' is a scalar, so it cannot be split across replicas. Use --replicas 1.");
+    OMT_CHECK(batch < 0 || t.dim(0) == batch, kInvalidArgument, "input '", name,
+              "' has batch dimension ", t.dim(0), " but another input has ", batch,
+              "; all inputs must share dimension 0 to be split across replicas.");
+    batch = t.dim(0);
+  }
+  const int n = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(sessions_.size()),
+                                                   std::max<int64_t>(batch, 1)));
+  std::vector<NamedTensors> results(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<int64_t> bounds(static_cast<size_t>(n) + 1);
+  for (int r = 0; r <= n; ++r) bounds[r] = batch * r / n;
+  auto work = [&](int r) {
+    try {
+      omp_set_num_threads(sessions_[r]->options().num_threads);
+      NamedTensors shard;
+      for (const auto& name : feeds.names())
+        shard.set(name, slice_rows(feeds.at(name), bounds[r], bounds[r + 1]));
+      results[r] = sessions_[r]->run(shard);
+    } catch (...) {
+      errors[r] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < n; ++r) threads.emplace_back(work, r);
+  work(0);
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  NamedTensors out;
+  for (const auto& name : results[0].names()) {
+    std::vector<Tensor> parts;
+    for (int r = 0; r < n; ++r) {
+      const Tensor& t = results[r].at(name);
+      OMT_CHECK(t.rank() >= 1 && t.dim(0) == bounds[r + 1] - bounds[r], kInvalidArgument,
+                "output '", name, "' has shape ", shape_str(t.shape()),
+                " for a shard of ", bounds[r + 1] - bounds[r],
+                " samples: its dimension 0 is not the batch, so it cannot be joined across "
+                "replicas. Use --replicas 1 for this model.");
+      parts.push_back(t);
+    }
+    out.set(name, concat_rows(parts));
+  }
+  return out;
+}
+
+}  // namespace omt

@@ -1,0 +1,34 @@
+// Predictor: inference split across N local replicas. The batch (dimension 0 of every input)
+// is cut into N contiguous shards, each run by its own Session on its own thread, and the
+// outputs are joined back in order, so the output batch always equals the input batch.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/session.h"
+
+namespace omt {
+
+class Predictor {
+ public:
+  // One Session per replica; `options.num_threads` is per replica.
+  Predictor(std::shared_ptr<const Model> model, int replicas, const SessionOptions& options = {});
+  ~Predictor();
+
+  // Runs the batch; every input must have the same dimension 0 (the batch). With fewer samples
+  // than replicas, the extra replicas sit idle. Not thread-safe (one call at a time).
+  NamedTensors run(const NamedTensors& feeds);
+  int replicas() const { return static_cast<int>(sessions_.size()); }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+};
+
+// Rows [begin, end) of dimension 0 (a copy).
+Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end);
+// Concatenation along dimension 0.
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
+}  // namespace omt

@@ -1,0 +1,223 @@
+#include "runtime/session.h"
+
+#include <map>
+#include <set>
+
+namespace omt {
+
+std::vector<std::string> unsupported_ops(const Graph& graph, const Backend& backend) {
+  std::map<std::string, std::vector<std::string>> missing;
+  for (const auto& n : graph.nodes)
+    if (!backend.supports(n.domain, n.op_type))
+      missing[n.domain.empty() ? n.op_type : n.domain + ":" + n.op_type].push_back(n.name);
+  std::vector<std::string> out;
+  for (const auto& [op, nodes] : missing) {
+    std::string s = op + " (";
+    for (size_t i = 0; i < nodes.size() && i < 5; ++i) s += (i ? ", " : "") + ("node '" + nodes[i] + "'");
+    if (nodes.size() > 5) s += str_cat(" and ", nodes.size() - 5, " more");
+    out.push_back(s + ")");
+  }
+  return out;
+}
+
+struct Session::Plan {
+  struct Step {
+    const Node* node = nullptr;
+    std::unique_ptr<OpKernel> kernel;
+    std::vector<int> inputs;   // slot per input, -1 when absent
+    std::vector<int> outputs;  // slot per output, -1 when unused
+    std::vector<int> release;  // slots whose last reader is this step
+  };
+  std::shared_ptr<Backend> backend;
+  std::vector<Tensor> slots;
+  std::vector<bool> is_constant;  // initializer slots: never released
+  std::map<std::string, int> slot_of;
+  std::vector<int> input_slots;   // per graph input
+  std::vector<int> output_slots;  // per graph output
+  std::vector<Step> steps;
+
+  int slot(const std::string& name) {
+    auto it = slot_of.find(name);
+    if (it != slot_of.end()) return it->second;
+    const int s = static_cast<int>(slots.size());
+    slot_of[name] = s;
+    slots.emplace_back();
+    is_constant.push_back(false);
+    return s;
+  }
+};
+
+namespace {
+
+class StepContext : public KernelContext {
+ public:
+  StepContext(std::vector<Tensor>& slots, const std::vector<int>& in, const std::vector<int>& out)
+      : slots_(slots), in_(in), out_(out) {}
+  int num_inputs() const override { return static_cast<int>(in_.size()); }
+  int num_outputs() const override { return static_cast<int>(out_.size()); }
+  const Tensor* input(int i) const override {
+    if (i >= num_inputs() || in_[i] < 0) return nullptr;
+    const Tensor& t = slots_[in_[i]];
+    return t.defined() ? &t : nullptr;
+  }
+  Tensor& output(int i, DType dtype, const Shape& shape) override {
+    Tensor& t = out_slot(i);
+    t = Tensor::empty(dtype, shape);
+    return t;
+  }
+  void set_output(int i, Tensor value) override { out_slot(i) = std::move(value); }
+  bool output_used(int i) const override { return i < num_outputs() && out_[i] >= 0; }
+
+ private:
+  Tensor& out_slot(int i) {
+    OMT_ASSERT(i < num_outputs(), "output index ", i, " out of range");
+    if (out_[i] < 0) return scratch_;
+    return slots_[out_[i]];
+  }
+  std::vector<Tensor>& slots_;
+  const std::vector<int>& in_;
+  const std::vector<int>& out_;
+  Tensor scratch_;  // unused optional outputs land here
+};
+
+}  // namespace
+
+Session::Session(std::shared_ptr<const Model> model, const SessionOptions& options)
+    : model_(std::move(model)), options_(options), plan_(std::make_unique<Plan>()) {
+  Plan& p = *plan_;
+  p.backend = get_backend(options_.device, options_.device_index);
+  const Graph& g = model_->graph;
+
+  const auto missing = unsupported_ops(g, *p.backend);
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += "\n  " + m;
+    OMT_FAIL(kUnsupported, "'", model_->source_path, "' uses ", missing.size(),
+             " op type(s) the ", p.backend->name(), " backend does not support:", list,
+             "\nRe-export the model without them, or file an issue naming these ops.");
+  }
+
+  for (const auto& name : g.initializers.names()) {
+    const int s = p.slot(name);
+    p.slots[s] = g.initializers.at(name);
+    p.is_constant[s] = true;
+  }
+  for (const auto& in : g.inputs) p.input_slots.push_back(p.slot(in.name));
+  for (const auto& n : g.nodes) {
+    Plan::Step step;
+    step.node = &n;
+    for (const auto& i : n.inputs) step.inputs.push_back(i.empty() ? -1 : p.slot(i));
+    for (const auto& o : n.outputs) step.outputs.push_back(o.empty() ? -1 : p.slot(o));
+    p.steps.push_back(std::move(step));
+  }
+  for (const auto& out : g.outputs) {
+    OMT_CHECK(p.slot_of.count(out.name), kModel, "graph output '", out.name,
+              "' is produced by no node in '", model_->source_path, "'");
+    p.output_slots.push_back(p.slot_of.at(out.name));
+  }
+
+  // Which slots are read at all, and where each is read last.
+  std::vector<int> last_use(p.slots.size(), -1);
+  std::set<int> keep(p.output_slots.begin(), p.output_slots.end());
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    for (int s : p.steps[i].inputs)
+      if (s >= 0) last_use[s] = static_cast<int>(i);
+  for (size_t s = 0; s < p.slots.size(); ++s)
+    if (last_use[s] >= 0 && !p.is_constant[s] && !keep.count(static_cast<int>(s)))
+      p.steps[last_use[s]].release.push_back(static_cast<int>(s));
+
+  for (auto& step : p.steps) {
+    const Node& n = *step.node;
+    KernelInfo info;
+    info.op_type = n.op_type;
+    info.domain = n.domain;
+    info.node_name = n.name;
+    info.attrs = &n.attrs;
+    info.num_inputs = static_cast<int>(n.inputs.size());
+    info.num_outputs = static_cast<int>(n.outputs.size());
+    info.num_threads = options_.num_threads;
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int s = step.outputs[o];
+      info.output_used.push_back(s >= 0 && (last_use[s] >= 0 || keep.count(s)));
+    }
+    for (int s : step.inputs)
+      info.constant_inputs.push_back(s >= 0 && p.is_constant[s] ? &p.slots[s] : nullptr);
+    try {
+      step.kernel = p.backend->create_kernel(info);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.find("node '" + n.name + "'") != std::string::npos) throw;
+      throw Error(e.kind(), str_cat(n.where(), ": ", msg));
+    }
+  }
+}
+
+Session::~Session() = default;
+
+void Session::check_feeds(const NamedTensors& feeds) const {
+  const Graph& g = model_->graph;
+  auto input_list = [&] {
+    std::string s;
+    for (const auto& in : g.inputs) s += (s.empty() ? "" : ", ") + ("'" + in.name + "' " + dtype_name(in.dtype) + in.shape_str());
+    return s;
+  };
+  for (const auto& name : feeds.names())
+    OMT_CHECK(g.find_input(name), kInvalidArgument, "data array '", name,
+              "' matches no input of the model; its inputs are: ", input_list(),
+              ". Rename the array to the input's name.");
+  std::map<std::string, int64_t> symbols;
+  for (const auto& in : g.inputs) {
+    OMT_CHECK(feeds.has(in.name), kInvalidArgument, "the data has no array for model input '",
+              in.name, "' (", dtype_name(in.dtype), in.shape_str(), "). Provide an array named '",
+              in.name, "'.");
+    const Tensor& t = feeds.at(in.name);
+    OMT_CHECK(in.dtype == DType::kUndefined || t.dtype() == in.dtype, kInvalidArgument,
+              "data array '", in.name, "' is ", t.describe(), " but the model input expects ",
+              dtype_name(in.dtype), in.shape_str(), ". Convert the array to ", dtype_name(in.dtype), ".");
+    if (!in.shape) continue;
+    const auto& dims = *in.shape;
+    OMT_CHECK(t.rank() == static_cast<int64_t>(dims.size()), kInvalidArgument, "data array '",
+              in.name, "' has shape ", shape_str(t.shape()), " but the model input expects ",
+              in.shape_str(), " (rank ", dims.size(), "). Reshape the data.");
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d].is_fixed()) {
+        OMT_CHECK(t.shape()[d] == dims[d].value, kInvalidArgument, "data array '", in.name,
+                  "' has shape ", shape_str(t.shape()), " but the model input expects ",
+                  in.shape_str(), " (dimension ", d, " must be ", dims[d].value, ").");
+      } else if (!dims[d].symbol.empty()) {
+        auto [it, fresh] = symbols.emplace(dims[d].symbol, t.shape()[d]);
+        OMT_CHECK(fresh || it->second == t.shape()[d], kInvalidArgument, "symbolic dimension '",
+                  dims[d].symbol, "' is ", it->second, " in one input but ", t.shape()[d],
+                  " in '", in.name, "'. All inputs must agree.");
+      }
+    }
+  }
+}
+
+NamedTensors Session::run(const NamedTensors& feeds) {
+  check_feeds(feeds);
+  Plan& p = *plan_;
+  const Graph& g = model_->graph;
+  for (size_t i = 0; i < g.inputs.size(); ++i) p.slots[p.input_slots[i]] = feeds.at(g.inputs[i].name);
+  for (auto& step : p.steps) {
+    StepContext ctx(p.slots, step.inputs, step.outputs);
+    try {
+      step.kernel->compute(ctx);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.find("node '" + step.node->name + "'") != std::string::npos) throw;
+      throw Error(e.kind(), str_cat(step.node->where(), ": ", msg));
+    }
+    for (int s : step.release) p.slots[s] = Tensor();
+  }
+  NamedTensors out;
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    out.set(g.outputs[i].name, p.slots[p.output_slots[i]]);
+  }
+  // Drop references to this run's values so the caller owns the outputs alone.
+  for (size_t s = 0; s < p.slots.size(); ++s)
+    if (!p.is_constant[s]) p.slots[s] = Tensor();
+  return out;
+}
+
+}  // namespace omt

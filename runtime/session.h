@@ -1,0 +1,48 @@
+// Session: a model bound to a backend as a plan (node order, one kernel per node, value
+// slots with their last use), built once and run many times. Not thread-safe: one Session
+// per replica thread; several Sessions may share one Model (initializers are shared, read-only).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "graph/ir.h"
+
+namespace omt {
+
+struct SessionOptions {
+  std::string device = "cpu";
+  int device_index = 0;
+  int num_threads = 1;  // threads a kernel may use (the replica's share of the cores)
+};
+
+class Session {
+ public:
+  // Builds the plan. Throws kUnsupported listing every op the backend lacks, all at once.
+  Session(std::shared_ptr<const Model> model, const SessionOptions& options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Checks `feeds` against the graph inputs (names, dtypes, ranks, fixed and symbolic dims;
+  // kInvalidArgument naming both sides), runs every node, and returns the graph outputs.
+  NamedTensors run(const NamedTensors& feeds);
+
+  const Model& model() const { return *model_; }
+  const SessionOptions& options() const { return options_; }
+
+ private:
+  struct Plan;
+  void check_feeds(const NamedTensors& feeds) const;
+
+  std::shared_ptr<const Model> model_;
+  SessionOptions options_;
+  std::unique_ptr<Plan> plan_;
+};
+
+// Ops of the graph that `backend` has no kernel for, as "Op (node 'a', node 'b')" entries.
+std::vector<std::string> unsupported_ops(const Graph& graph, const Backend& backend);
+
+}  // namespace omt

@@ -1,0 +1,175 @@
+// ONNX's own backend node tests (Debian's libonnx-testdata): every case folder under
+// data/node is imported and run on the CPU backend, and its outputs are compared with the
+// expected ones. A case is skipped only when the runtime says it does not support something
+// in it (an op, a dtype, an attribute, a non-tensor input); every other outcome is a pass or
+// a failure. Set OMT_NODE_FILTER to a regex on the case name to run a subset, and
+// OMT_NODE_VERBOSE=1 to print every case.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <regex>
+
+#include "common/file_util.h"
+#include "graph/onnx_io.h"
+#include "runtime/session.h"
+
+namespace omt {
+namespace {
+
+const char* kNodeDir = "/usr/share/libonnx-testdata/data/node";
+
+std::vector<std::string> list_dir(const std::string& path) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(path.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Empty when equal within ONNX's backend-test tolerance (rtol 1e-3, atol 1e-7).
+std::string compare(const Tensor& want, const Tensor& got, const std::string& name) {
+  if (want.dtype() != got.dtype())
+    return str_cat(name, ": dtype ", dtype_name(got.dtype()), ", expected ", dtype_name(want.dtype()));
+  if (want.shape() != got.shape())
+    return str_cat(name, ": shape ", shape_str(got.shape()), ", expected ", shape_str(want.shape()));
+  const bool is_float = dtype_is_float(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double w = want.value_as_double(i), g = got.value_as_double(i);
+    if (is_float) {
+      if (std::isnan(w) && std::isnan(g)) continue;
+      if (std::isinf(w) && w == g) continue;
+      if (std::fabs(w - g) <= 1e-7 + 1e-3 * std::fabs(w)) continue;
+    } else if (w == g) {
+      continue;
+    }
+    return str_cat(name, ": element ", i, " is ", g, ", expected ", w);
+  }
+  return "";
+}
+
+struct Outcome {
+  enum Kind { kPass, kFail, kSkip } kind;
+  std::string reason;
+};
+
+Outcome run_case(const std::string& dir) {
+  Model model;
+  try {
+    model = load_onnx(dir + "/model.onnx");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kUnsupported) return {Outcome::kSkip, std::string("import: ") + e.what()};
+    return {Outcome::kFail, std::string("import: ") + e.what()};
+  }
+  auto shared = std::make_shared<const Model>(std::move(model));
+  std::unique_ptr<Session> session;
+  try {
+    session = std::make_unique<Session>(shared);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kUnsupported) return {Outcome::kSkip, e.what()};
+    return {Outcome::kFail, e.what()};
+  }
+  const Graph& g = shared->graph;
+  int sets = 0;
+  for (const auto& set : list_dir(dir)) {
+    if (set.rfind("test_data_set_", 0) != 0) continue;
+    ++sets;
+    const std::string sdir = dir + "/" + set;
+    NamedTensors feeds;
+    try {
+      for (size_t i = 0; i < g.inputs.size(); ++i) {
+        const std::string path = sdir + "/input_" + std::to_string(i) + ".pb";
+        if (!file_exists(path)) break;  // optional trailing inputs omitted
+        feeds.set(g.inputs[i].name, parse_tensor_proto(read_file_bytes(path), path));
+      }
+    } catch (const Error& e) {
+      return {Outcome::kSkip, std::string("input: ") + e.what()};
+    }
+    NamedTensors outs;
+    try {
+      outs = session->run(feeds);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kUnsupported) return {Outcome::kSkip, e.what()};
+      return {Outcome::kFail, e.what()};
+    }
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      const std::string path = sdir + "/output_" + std::to_string(i) + ".pb";
+      if (!file_exists(path)) continue;
+      Tensor want;
+      try {
+        want = parse_tensor_proto(read_file_bytes(path), path);
+      } catch (const Error& e) {
+        return {Outcome::kSkip, std::string("expected output: ") + e.what()};
+      }
+      const std::string diff = compare(want, outs.at(g.outputs[i].name), g.outputs[i].name);
+      if (!diff.empty()) return {Outcome::kFail, set + ": " + diff};
+    }
+  }
+  if (sets == 0) return {Outcome::kSkip, "no test data sets"};
+  return {Outcome::kPass, ""};
+}
+
+// Short category of a skip reason, for the summary ("no kernel: If", "dtype string" ...).
+std::string category(const std::string& reason) {
+  static const std::regex op_list(R"(does not support:\s*\n\s*(\S+))");
+  std::smatch m;
+  if (std::regex_search(reason, m, op_list)) return "no kernel: " + m[1].str();
+  if (reason.find("version converter") != std::string::npos) return "opset conversion";
+  if (reason.find("dtype") != std::string::npos || reason.find("data type") != std::string::npos)
+    return "unsupported dtype";
+  if (reason.rfind("input: ", 0) == 0 || reason.rfind("expected output: ", 0) == 0)
+    return "non-tensor data";
+  return reason.substr(0, 80);
+}
+
+TEST(OnnxNodeTests, RunEverySupportedCase) {
+  const auto cases = list_dir(kNodeDir);
+  if (cases.empty()) {
+    GTEST_SKIP() << kNodeDir << " is empty: install libonnx-testdata";
+  }
+  const char* filter_env = std::getenv("OMT_NODE_FILTER");
+  const bool verbose = std::getenv("OMT_NODE_VERBOSE") != nullptr;
+  const std::regex filter(filter_env ? filter_env : ".*");
+  int ran = 0, passed = 0, failed = 0, skipped = 0;
+  std::map<std::string, int> skip_reasons;
+  std::vector<std::string> failures;
+  for (const auto& c : cases) {
+    if (!std::regex_search(c, filter)) continue;
+    ++ran;
+    const Outcome o = run_case(std::string(kNodeDir) + "/" + c);
+    if (o.kind == Outcome::kPass) ++passed;
+    if (o.kind == Outcome::kSkip) {
+      ++skipped;
+      ++skip_reasons[category(o.reason)];
+    }
+    if (o.kind == Outcome::kFail) {
+      ++failed;
+      failures.push_back(c + ": " + o.reason);
+    }
+    if (verbose || o.kind == Outcome::kFail)
+      std::cout << (o.kind == Outcome::kPass ? "PASS " : o.kind == Outcome::kSkip ? "SKIP " : "FAIL ")
+                << c << (o.reason.empty() ? "" : "  -- " + o.reason) << "\n";
+  }
+  std::cout << "\nONNX node tests: ran " << ran << ", passed " << passed << ", failed " << failed
+            << ", skipped " << skipped << "\nskip reasons:\n";
+  std::vector<std::pair<int, std::string>> sorted;
+  for (const auto& [r, n] : skip_reasons) sorted.emplace_back(n, r);
+  std::sort(sorted.rbegin(), sorted.rend());
+  for (const auto& [n, r] : sorted) std::cout << "  " << n << "  " << r << "\n";
+  EXPECT_EQ(failed, 0) << "failing supported cases:\n" << [&] {
+    std::string s;
+    for (const auto& f : failures) s += "  " + f + "\n";
+    return s;
+  }();
+  if (!filter_env) EXPECT_GE(passed, 350) << "fewer ONNX node tests pass than the 350 required";
+}
+
+}  // namespace
+}  // namespace omt

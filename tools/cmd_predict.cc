@@ -1,0 +1,123 @@
+// `predict MODEL.onnx --data SPEC [--output OUT.npz] [--replicas N]`: runs the model on a
+// data file (one array per graph input, by name) or a labelled data set (fashion-mnist, IDX),
+// split across N local replicas, and writes one array per graph output.
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "graph/onnx_io.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/npy.h"
+#include "runtime/predictor.h"
+#include "tools/commands.h"
+
+namespace omt::tools {
+namespace {
+
+struct PredictArgs {
+  std::string model, data, output;
+  int replicas = 1;
+  int threads = 0;
+  int64_t batch = 1000;
+};
+
+bool is_labelled_spec(const std::string& spec) {
+  return spec.rfind("fashion-mnist", 0) == 0 || spec.find(',') != std::string::npos;
+}
+
+// Index of the largest value per row of a [N, C] float tensor.
+std::vector<int64_t> argmax_rows(const Tensor& logits) {
+  const int64_t n = logits.dim(0), c = logits.numel() / std::max<int64_t>(n, 1);
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  const float* p = logits.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < c; ++j)
+      if (p[i * c + j] > p[i * c + best]) best = j;
+    out[i] = best;
+  }
+  return out;
+}
+
+int run_predict(const PredictArgs& a) {
+  auto model = std::make_shared<const Model>(load_onnx(a.model));
+  const Graph& g = model->graph;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  SessionOptions options;
+  options.num_threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
+  Predictor predictor(model, a.replicas, options);
+
+  NamedTensors feeds;
+  Tensor labels;
+  if (is_labelled_spec(a.data)) {
+    OMT_CHECK(g.inputs.size() == 1, kInvalidArgument, "'", a.data, "' is a labelled data set with one "
+              "feature array, but the model has ", g.inputs.size(), " inputs; pass an .npz with one "
+              "array per input instead");
+    const Dataset d = load_dataset(a.data);
+    feeds.set(g.inputs[0].name, prepare_features(d.features, g.inputs[0], Preprocess{}));
+    labels = d.labels;
+  } else {
+    feeds = read_arrays(a.data);
+  }
+  int64_t n = -1;
+  for (const auto& name : feeds.names()) n = feeds.at(name).rank() ? feeds.at(name).dim(0) : 1;
+
+  // Run in chunks of --batch samples to bound memory, then join.
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<NamedTensors> chunks;
+  const int64_t step = a.batch > 0 && n > 0 ? a.batch : std::max<int64_t>(n, 1);
+  for (int64_t b = 0; b < std::max<int64_t>(n, 1); b += step) {
+    NamedTensors part;
+    for (const auto& name : feeds.names()) {
+      const Tensor& t = feeds.at(name);
+      part.set(name, t.rank() && n > step ? slice_rows(t, b, std::min(n, b + step)) : t);
+    }
+    chunks.push_back(predictor.run(part));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  NamedTensors outputs;
+  for (const auto& name : chunks[0].names()) {
+    std::vector<Tensor> parts;
+    for (auto& c : chunks) parts.push_back(c.at(name));
+    outputs.set(name, parts.size() == 1 ? parts[0] : concat_rows(parts));
+  }
+  std::cout << "predicted " << n << " samples with " << a.replicas << " replica(s) x "
+            << options.num_threads << " thread(s) in " << seconds << " s ("
+            << static_cast<int64_t>(n / std::max(seconds, 1e-9)) << " samples/s)\n";
+  for (const auto& name : outputs.names())
+    std::cout << "  output '" << name << "': " << outputs.at(name).describe() << "\n";
+  if (labels.defined()) {
+    const Tensor& logits = outputs.at(outputs.names()[0]);
+    if (logits.dtype() == DType::kFloat32 && logits.rank() == 2) {
+      const auto pred = argmax_rows(logits);
+      int64_t correct = 0;
+      for (int64_t i = 0; i < n; ++i) correct += pred[i] == labels.data<int64_t>()[i];
+      std::cout << "accuracy: " << correct << "/" << n << " = "
+                << 100.0 * static_cast<double>(correct) / static_cast<double>(n) << "%\n";
+    }
+  }
+  if (!a.output.empty()) {
+    write_npz(a.output, outputs);
+    std::cout << "wrote " << a.output << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_predict(CLI::App& app) {
+  auto* sub = app.add_subcommand("predict", "Run a model on data, split across local replicas");
+  auto a = std::make_shared<PredictArgs>();
+  sub->add_option("model", a->model, "ONNX model file")->required();
+  sub->add_option("--data", a->data,
+                  "IN.npz (one array per graph input, by name), or a labelled data set: "
+                  "fashion-mnist[:train|:test] or IMAGES.idx[.gz],LABELS.idx[.gz]")->required();
+  sub->add_option("--output", a->output, "OUT.npz: one array per graph output, by name");
+  sub->add_option("--replicas", a->replicas, "local CPU replicas the batch is split across")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--threads", a->threads, "threads per replica (default: cores / replicas)");
+  sub->add_option("--batch", a->batch, "samples per run (0: all at once)");
+  set_action(sub, [a] { return run_predict(*a); });
+}
+
+}  // namespace omt::tools

@@ -1,0 +1,18 @@
+// The subcommands of onnx-mirror-train, one file each (cmd_<name>.cc). A command registers
+// its options and a callback that runs it; run_selected calls the one the user chose.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace omt::tools {
+
+void register_inspect(CLI::App& app);
+void register_predict(CLI::App& app);
+
+// Sets the action of a subcommand (the callback returns the process exit code).
+void set_action(CLI::App* sub, std::function<int()> action);
+int run_selected(CLI::App& app);
+
+}  // namespace omt::tools

@@ -1,0 +1,44 @@
+// onnx-mirror-train: parses arguments and calls the library. The only place that catches
+// errors and chooses exit codes (2: bad arguments or data, 3: model, 4: unsupported,
+// 5: i/o, 6: communication, 70: internal).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "common/error.h"
+#include "tools/commands.h"
+
+namespace {
+
+int exit_code(omt::ErrorKind kind) {
+  switch (kind) {
+    case omt::ErrorKind::kInvalidArgument: return 2;
+    case omt::ErrorKind::kModel: return 3;
+    case omt::ErrorKind::kUnsupported: return 4;
+    case omt::ErrorKind::kIo: return 5;
+    case omt::ErrorKind::kCommunication: return 6;
+    case omt::ErrorKind::kInternal: return 70;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"onnx-mirror-train: train and run exported ONNX models data-parallel"};
+  app.require_subcommand(1);
+  omt::tools::register_inspect(app);
+  omt::tools::register_predict(app);
+  try {
+    app.parse(argc, argv);
+    return omt::tools::run_selected(app);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const omt::Error& e) {
+    std::cerr << "onnx-mirror-train: " << omt::error_kind_name(e.kind()) << ": " << e.what() << "\n";
+    return exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::cerr << "onnx-mirror-train: internal error: " << e.what() << "\n";
+    return 70;
+  }
+}
