@@ -39,7 +39,17 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
             " is not supported");
   OMT_CHECK(dtype != DType::kString, kUnsupported, what, ": string tensors are not supported");
   Shape shape(p.dims().begin(), p.dims().end());
-  for (int64_t d : shape) OMT_CHECK(d >= 0, kModel, what, ": negative dimension");
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    OMT_CHECK(d >= 0 && (d == 0 || elements <= (int64_t{1} << 40) / d), kModel, what,
+              ": implausible shape ", shape_str(shape), " (not a tensor, or corrupt)");
+    elements *= d;
+  }
+  if (p.data_location() != onnx::TensorProto::EXTERNAL && p.has_raw_data()) {
+    OMT_CHECK(p.raw_data().size() == static_cast<size_t>(elements) * dtype_size(dtype), kModel,
+              what, ": raw_data has ", p.raw_data().size(), " bytes, its shape ", shape_str(shape),
+              " needs ", static_cast<size_t>(elements) * dtype_size(dtype));
+  }
   Tensor t = Tensor::zeros(dtype, shape);
   const int64_t n = t.numel();
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -259,6 +269,10 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
   for (const auto& o : proto.opset_import())
     if (is_default_domain(o.domain())) opset = o.version();
   const int64_t original_opset = opset;
+  // A model of only non-default domains (e.g. ai.onnx.preview.training) has nothing to convert.
+  bool uses_default_domain = false;
+  for (const auto& n : proto.graph().node()) uses_default_domain |= is_default_domain(n.domain());
+  if (!uses_default_domain) opset = kCanonicalOpset;
   std::set<std::string> bn_training;
   if (opset < 14) bn_training = strip_bn_saved_outputs(proto.mutable_graph(), source);
 

@@ -55,6 +55,34 @@ std::string compare(const Tensor& want, const Tensor& got, const std::string& na
   return "";
 }
 
+// Note [bfloat16 test data]: ONNX 1.12's test generator stores bfloat16 tensors with data type
+// UINT16 (the raw bits). Reinterpret them as the dtype the model declares.
+Tensor as_declared(const Tensor& t, DType declared) {
+  if (t.dtype() == DType::kUInt16 && declared == DType::kBFloat16)
+    return Tensor::wrap(DType::kBFloat16, t.shape(), const_cast<void*>(t.raw()),
+                        std::make_shared<Tensor>(t));
+  return t;
+}
+
+// Cases whose expected data disagrees with the ONNX spec or with the model file itself. Each
+// still runs; its result is reported, but it does not fail the suite.
+const std::map<std::string, std::string> kKnownExceptions = {
+    {"test_cast_FLOAT_to_BFLOAT16",
+     "the expected output truncates float32 to bfloat16; onnx-mirror rounds to nearest even, "
+     "as PyTorch and ONNX >= 1.14's reference do"},
+    {"test_castlike_BFLOAT16_to_FLOAT",
+     "input_1.pb ('like') has shape [1] but the model declares [3,4]"},
+    {"test_castlike_BFLOAT16_to_FLOAT_expanded",
+     "input_1.pb ('like') has shape [1] but the model declares [3,4]"},
+    {"test_castlike_FLOAT_to_BFLOAT16",
+     "input_1.pb ('like') has shape [1] but the model declares [3,4]"},
+    {"test_castlike_FLOAT_to_BFLOAT16_expanded",
+     "input_1.pb ('like') has shape [1] but the model declares [3,4]"},
+    {"test_adam_multiple",
+     "the expected outputs were generated with epsilon=1e-2, but the model's Adam node has no "
+     "epsilon attribute, so the spec's default 1e-6 applies"},
+};
+
 struct Outcome {
   enum Kind { kPass, kFail, kSkip } kind;
   std::string reason;
@@ -87,7 +115,8 @@ Outcome run_case(const std::string& dir) {
       for (size_t i = 0; i < g.inputs.size(); ++i) {
         const std::string path = sdir + "/input_" + std::to_string(i) + ".pb";
         if (!file_exists(path)) break;  // optional trailing inputs omitted
-        feeds.set(g.inputs[i].name, parse_tensor_proto(read_file_bytes(path), path));
+        feeds.set(g.inputs[i].name, as_declared(parse_tensor_proto(read_file_bytes(path), path),
+                                                g.inputs[i].dtype));
       }
     } catch (const Error& e) {
       return {Outcome::kSkip, std::string("input: ") + e.what()};
@@ -108,6 +137,7 @@ Outcome run_case(const std::string& dir) {
       } catch (const Error& e) {
         return {Outcome::kSkip, std::string("expected output: ") + e.what()};
       }
+      want = as_declared(want, g.outputs[i].dtype);
       const std::string diff = compare(want, outs.at(g.outputs[i].name), g.outputs[i].name);
       if (!diff.empty()) return {Outcome::kFail, set + ": " + diff};
     }
@@ -143,7 +173,11 @@ TEST(OnnxNodeTests, RunEverySupportedCase) {
   for (const auto& c : cases) {
     if (!std::regex_search(c, filter)) continue;
     ++ran;
-    const Outcome o = run_case(std::string(kNodeDir) + "/" + c);
+    Outcome o = run_case(std::string(kNodeDir) + "/" + c);
+    if (o.kind == Outcome::kFail && kKnownExceptions.count(c)) {
+      std::cout << "KNOWN " << c << "  -- " << o.reason << "\n      (" << kKnownExceptions.at(c) << ")\n";
+      o = {Outcome::kSkip, "known test-data exception"};
+    }
     if (o.kind == Outcome::kPass) ++passed;
     if (o.kind == Outcome::kSkip) {
       ++skipped;
@@ -168,7 +202,9 @@ TEST(OnnxNodeTests, RunEverySupportedCase) {
     for (const auto& f : failures) s += "  " + f + "\n";
     return s;
   }();
-  if (!filter_env) EXPECT_GE(passed, 350) << "fewer ONNX node tests pass than the 350 required";
+  if (!filter_env) {
+    EXPECT_GE(passed, 350) << "fewer ONNX node tests pass than the 350 required";
+  }
 }
 
 }  // namespace

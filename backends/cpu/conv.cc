@@ -1,0 +1,428 @@
+// Conv (1-D/2-D/3-D, groups, dilations, strides, pads, auto_pad, bias) and ConvTranspose
+// (output_padding, output_shape). float32 Conv runs on oneDNN convolution_forward with
+// primitives and layout reorders cached per input-shape signature; float64 Conv uses
+// im2col + gemm, and ConvTranspose uses gemm + col2im for both float dtypes.
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_util.h"
+
+namespace omt::cpu {
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+// Attributes shared by Conv and ConvTranspose, read once at kernel creation.
+struct ConvAttrs {
+  std::string auto_pad;
+  std::vector<int64_t> kernel_shape, strides, dilations, pads;
+  int64_t group = 1;
+
+  void read(const KernelInfo& info) {
+    const AttributeMap& a = info.attr();
+    auto_pad = a.get_string("auto_pad", "NOTSET");
+    OMT_CHECK(auto_pad == "NOTSET" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" ||
+                  auto_pad == "VALID",
+              kModel, info.where(), ": auto_pad '", auto_pad,
+              "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    kernel_shape = a.get_ints("kernel_shape");
+    strides = a.get_ints("strides");
+    dilations = a.get_ints("dilations");
+    pads = a.get_ints("pads");
+    group = a.get_int("group", 1);
+    OMT_CHECK(group >= 1, kModel, info.where(), ": group must be >= 1, got ", group);
+  }
+
+  // Fills the per-dimension values for `nsp` spatial dims (defaults where absent) and checks sizes.
+  void resolve(const std::string& where, size_t nsp, const Shape& w_spatial,
+               std::vector<int64_t>& k, std::vector<int64_t>& s, std::vector<int64_t>& d) const {
+    k = kernel_shape.empty() ? std::vector<int64_t>(w_spatial) : kernel_shape;
+    s = strides.empty() ? std::vector<int64_t>(nsp, 1) : strides;
+    d = dilations.empty() ? std::vector<int64_t>(nsp, 1) : dilations;
+    OMT_CHECK(k.size() == nsp && s.size() == nsp && d.size() == nsp, kModel, where,
+              ": kernel_shape/strides/dilations must have one value per spatial dim (", nsp,
+              "), got ", k.size(), "/", s.size(), "/", d.size());
+    OMT_CHECK(pads.empty() || pads.size() == 2 * nsp, kModel, where, ": pads must have ", 2 * nsp,
+              " values, got ", pads.size());
+    for (size_t i = 0; i < nsp; ++i) {
+      OMT_CHECK(k[i] == w_spatial[i], kModel, where, ": kernel_shape ", shape_str(k),
+                " does not match the weights' spatial shape ", shape_str(w_spatial));
+      OMT_CHECK(s[i] >= 1 && d[i] >= 1, kModel, where, ": strides and dilations must be >= 1");
+    }
+  }
+};
+
+// Spatial geometry of one convolution, padded to 3 spatial dims (leading 1s) for the loops.
+struct Geometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+
+Geometry make_geometry(const Shape& in, const Shape& out, const std::vector<int64_t>& k,
+                       const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                       const std::vector<int64_t>& pb) {
+  Geometry g;
+  const size_t off = 3 - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    g.in[off + i] = in[i];
+    g.out[off + i] = out[i];
+    g.k[off + i] = k[i];
+    g.s[off + i] = s[i];
+    g.d[off + i] = d[i];
+    g.pb[off + i] = pb[i];
+  }
+  return g;
+}
+
+// col[(c*K + kpos) * out_size + opos] = x[c, input position of (opos, kpos)] or 0 in the padding.
+template <class T>
+void im2col(const Geometry& g, int64_t channels, const T* x, T* col) {
+  const int64_t osz = g.out_size(), isz = g.in_size();
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* xc = x + c * isz;
+    for (int64_t k0 = 0; k0 < g.k[0]; ++k0)
+      for (int64_t k1 = 0; k1 < g.k[1]; ++k1)
+        for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+          T* dst = col + ((c * g.k[0] + k0) * g.k[1] * g.k[2] + k1 * g.k[2] + k2) * osz;
+          for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
+            const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0];
+            for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+              const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+              T* row = dst + (o0 * g.out[1] + o1) * g.out[2];
+              if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+                for (int64_t o2 = 0; o2 < g.out[2]; ++o2) row[o2] = T(0);
+                continue;
+              }
+              const T* xrow = xc + (i0 * g.in[1] + i1) * g.in[2];
+              for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+                const int64_t i2 = o2 * g.s[2] - g.pb[2] + k2 * g.d[2];
+                row[o2] = (i2 >= 0 && i2 < g.in[2]) ? xrow[i2] : T(0);
+              }
+            }
+          }
+        }
+  }
+}
+
+// y[c, output position of (ipos, kpos)] += col[(c*K + kpos) * in_size + ipos] (the adjoint of
+// im2col with in/out swapped: ConvTranspose scatters each input position into the output).
+template <class T>
+void col2im(const Geometry& g, int64_t channels, const T* col, T* y) {
+  const int64_t osz = g.out_size(), isz = g.in_size();
+  for (int64_t c = 0; c < channels; ++c) {
+    T* yc = y + c * osz;
+    for (int64_t k0 = 0; k0 < g.k[0]; ++k0)
+      for (int64_t k1 = 0; k1 < g.k[1]; ++k1)
+        for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+          const T* src = col + ((c * g.k[0] + k0) * g.k[1] * g.k[2] + k1 * g.k[2] + k2) * isz;
+          for (int64_t i0 = 0; i0 < g.in[0]; ++i0) {
+            const int64_t o0 = i0 * g.s[0] - g.pb[0] + k0 * g.d[0];
+            if (o0 < 0 || o0 >= g.out[0]) continue;
+            for (int64_t i1 = 0; i1 < g.in[1]; ++i1) {
+              const int64_t o1 = i1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+              if (o1 < 0 || o1 >= g.out[1]) continue;
+              const T* row = src + (i0 * g.in[1] + i1) * g.in[2];
+              T* yrow = yc + (o0 * g.out[1] + o1) * g.out[2];
+              for (int64_t i2 = 0; i2 < g.in[2]; ++i2) {
+                const int64_t o2 = i2 * g.s[2] - g.pb[2] + k2 * g.d[2];
+                if (o2 >= 0 && o2 < g.out[2]) yrow[o2] += row[i2];
+              }
+            }
+          }
+        }
+  }
+}
+
+// oneDNN convolution state for one input-shape signature.
+struct DnnlConv {
+  dnnl::convolution_forward prim;
+  dnnl::memory user_src, user_wei, user_bias, user_dst;  // over the tensors' buffers
+  dnnl::memory src, wei, dst;                            // the primitive's layouts
+  dnnl::reorder src_reorder, wei_reorder, dst_reorder;
+  bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
+  const void* reordered_weights = nullptr;  // constant weights already reordered
+};
+
+class ConvKernel : public OpKernel {
+ public:
+  explicit ConvKernel(const KernelInfo& info) : info_(info) {
+    attrs_.read(info);
+    constant_weights_ = info.constant_inputs.size() > 1 && info.constant_inputs[1] != nullptr;
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor* b = ctx.num_inputs() > 2 ? ctx.input(2) : nullptr;
+    if (b && !b->defined()) b = nullptr;
+    OMT_CHECK(x.rank() >= 3 && x.rank() <= 5 && w.rank() == x.rank(), kUnsupported, info_.where(),
+              ": Conv supports 1-D to 3-D inputs [N,C,...] with weights of the same rank, got X ",
+              x.describe(), " and W ", w.describe());
+    OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, info_.where(),
+              ": Conv inputs must share one dtype, got X ", x.describe(), ", W ", w.describe());
+    const size_t nsp = static_cast<size_t>(x.rank() - 2);
+    const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0), grp = attrs_.group;
+    OMT_CHECK(c == w.dim(1) * grp && m % grp == 0, kModel, info_.where(), ": X ",
+              shape_str(x.shape()), " and W ", shape_str(w.shape()), " do not match group ", grp,
+              " (expected X channels = W.dim(1) * group and W.dim(0) divisible by group)");
+    OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == m), kModel, info_.where(), ": bias must be [",
+              m, "], got ", b->describe());
+    std::vector<int64_t> k, s, d;
+    attrs_.resolve(info_.where(), nsp, Shape(w.shape().begin() + 2, w.shape().end()), k, s, d);
+
+    std::vector<int64_t> pb(nsp, 0), pe(nsp, 0);
+    Shape out = {n, m};
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x.dim(static_cast<int64_t>(i) + 2);
+      const int64_t ek = (k[i] - 1) * d[i] + 1;
+      int64_t o;
+      if (attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER") {
+        o = (in + s[i] - 1) / s[i];
+        const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + ek - in);
+        pb[i] = attrs_.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe[i] = total - pb[i];
+      } else {
+        if (attrs_.auto_pad == "NOTSET" && !attrs_.pads.empty()) {
+          pb[i] = attrs_.pads[i];
+          pe[i] = attrs_.pads[i + nsp];
+        }
+        o = floor_div(in + pb[i] + pe[i] - ek, s[i]) + 1;
+      }
+      OMT_CHECK(o >= 0, kModel, info_.where(), ": input ", shape_str(x.shape()),
+                " is smaller than the kernel ", shape_str(k), " with the given pads");
+      out.push_back(o);
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    if (y.numel() == 0) return;
+
+    if (x.dtype() == DType::kFloat32) {
+      std::vector<int64_t> key;
+      append_key(key, x.shape());
+      append_key(key, w.shape());
+      key.push_back(b ? 1 : 0);
+      DnnlConv* e = cache_.find(key);
+      if (e == nullptr) e = &cache_.insert(key, create(x, w, b != nullptr, y.shape(), s, d, pb, pe));
+      run(*e, x, w, b, y);
+    } else if (x.dtype() == DType::kFloat64) {
+      conv_im2col<double>(x, w, b, y, make_geometry(Shape(x.shape().begin() + 2, x.shape().end()),
+                                                    Shape(out.begin() + 2, out.end()), k, s, d, pb));
+    } else {
+      unsupported_dtype(info_, x.dtype());
+    }
+  }
+
+ private:
+  DnnlConv create(const Tensor& x, const Tensor& w, bool has_bias, const Shape& out,
+                  const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                  const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
+    return dnnl_try(info_.where(), "a convolution primitive", [&] {
+      using md = dnnl::memory::desc;
+      using tag = dnnl::memory::format_tag;
+      const auto f32 = dnnl::memory::data_type::f32;
+      const int64_t grp = attrs_.group;
+      Shape wshape = w.shape();
+      if (grp > 1) {
+        wshape[0] /= grp;
+        wshape.insert(wshape.begin(), grp);
+      }
+      const md user_src = dnnl_plain_md(x.shape(), DType::kFloat32);
+      const md user_wei = dnnl_plain_md(wshape, DType::kFloat32);
+      const md user_dst = dnnl_plain_md(out, DType::kFloat32);
+      const md bias = has_bias ? dnnl_plain_md({out[1]}, DType::kFloat32) : md();
+      dnnl::memory::dims dil;
+      for (int64_t v : d) dil.push_back(v - 1);
+      const dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+          md(dnnl_dims(x.shape()), f32, tag::any), md(dnnl_dims(wshape), f32, tag::any), bias,
+          md(dnnl_dims(out), f32, tag::any), s, dil, pb, pe);
+      const dnnl::convolution_forward::primitive_desc pd(desc, dnnl_engine());
+      DnnlConv e;
+      dnnl::engine& eng = dnnl_engine();
+      e.prim = dnnl::convolution_forward(pd);
+      e.user_src = dnnl::memory(user_src, eng, nullptr);
+      e.user_wei = dnnl::memory(user_wei, eng, nullptr);
+      e.user_dst = dnnl::memory(user_dst, eng, nullptr);
+      e.has_bias = has_bias;
+      if (has_bias) e.user_bias = dnnl::memory(bias, eng, nullptr);
+      e.reorder_src = pd.src_desc() != user_src;
+      e.reorder_wei = pd.weights_desc() != user_wei;
+      e.reorder_dst = pd.dst_desc() != user_dst;
+      if (e.reorder_src) {
+        e.src = dnnl::memory(pd.src_desc(), eng);
+        e.src_reorder = dnnl::reorder(e.user_src, e.src);
+      }
+      if (e.reorder_wei) {
+        e.wei = dnnl::memory(pd.weights_desc(), eng);
+        e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
+      }
+      if (e.reorder_dst) {
+        e.dst = dnnl::memory(pd.dst_desc(), eng);
+        e.dst_reorder = dnnl::reorder(e.dst, e.user_dst);
+      }
+      return e;
+    });
+  }
+
+  void run(DnnlConv& e, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+    dnnl_set_num_threads(info_.num_threads);
+    dnnl::stream& st = dnnl_stream();
+    e.user_src.set_data_handle(const_cast<void*>(x.raw()));
+    e.user_wei.set_data_handle(const_cast<void*>(w.raw()));
+    e.user_dst.set_data_handle(y.raw());
+    if (e.reorder_src) e.src_reorder.execute(st, e.user_src, e.src);
+    if (e.reorder_wei && !(constant_weights_ && e.reordered_weights == w.raw())) {
+      e.wei_reorder.execute(st, e.user_wei, e.wei);
+      e.reordered_weights = w.raw();
+    }
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, e.reorder_src ? e.src : e.user_src},
+        {DNNL_ARG_WEIGHTS, e.reorder_wei ? e.wei : e.user_wei},
+        {DNNL_ARG_DST, e.reorder_dst ? e.dst : e.user_dst}};
+    if (e.has_bias) {
+      e.user_bias.set_data_handle(const_cast<void*>(b->raw()));
+      args.emplace(DNNL_ARG_BIAS, e.user_bias);
+    }
+    e.prim.execute(st, args);
+    if (e.reorder_dst) e.dst_reorder.execute(st, e.dst, e.user_dst);
+    st.wait();
+  }
+
+  template <class T>
+  void conv_im2col(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                   const Geometry& g) const {
+    const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0), grp = attrs_.group;
+    const int64_t cg = c / grp, mg = m / grp, ks = g.k_size(), osz = g.out_size();
+    std::vector<T> col(static_cast<size_t>(cg * ks * osz));
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* py = y.data<T>();
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t gi = 0; gi < grp; ++gi) {
+        im2col(g, cg, px + (in * c + gi * cg) * g.in_size(), col.data());
+        T* yg = py + (in * m + gi * mg) * osz;
+        gemm(false, false, mg, osz, cg * ks, T(1), pw + gi * mg * cg * ks, cg * ks, col.data(), osz,
+             T(0), yg, osz);
+        if (b)
+          for (int64_t oc = 0; oc < mg; ++oc) {
+            const T bv = b->data<T>()[gi * mg + oc];
+            for (int64_t p = 0; p < osz; ++p) yg[oc * osz + p] += bv;
+          }
+      }
+  }
+
+  KernelInfo info_;
+  ConvAttrs attrs_;
+  bool constant_weights_ = false;
+  ShapeCache<DnnlConv> cache_;
+};
+
+class ConvTransposeKernel : public OpKernel {
+ public:
+  explicit ConvTransposeKernel(const KernelInfo& info) : info_(info) {
+    attrs_.read(info);
+    output_padding_ = info.attr().get_ints("output_padding");
+    output_shape_ = info.attr().get_ints("output_shape");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor* b = ctx.num_inputs() > 2 ? ctx.input(2) : nullptr;
+    if (b && !b->defined()) b = nullptr;
+    OMT_CHECK(x.rank() >= 3 && x.rank() <= 5 && w.rank() == x.rank(), kUnsupported, info_.where(),
+              ": ConvTranspose supports 1-D to 3-D inputs [N,C,...] with weights of the same "
+              "rank, got X ", x.describe(), " and W ", w.describe());
+    OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, info_.where(),
+              ": ConvTranspose inputs must share one dtype, got X ", x.describe(), ", W ",
+              w.describe());
+    const size_t nsp = static_cast<size_t>(x.rank() - 2);
+    const int64_t grp = attrs_.group, c = x.dim(1), m = w.dim(1) * grp;
+    OMT_CHECK(w.dim(0) == c && c % grp == 0, kModel, info_.where(), ": W ", shape_str(w.shape()),
+              " must be [C=", c, ", M/group, k...] with C divisible by group ", grp);
+    OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == m), kModel, info_.where(), ": bias must be [",
+              m, "], got ", b->describe());
+    std::vector<int64_t> k, s, d;
+    attrs_.resolve(info_.where(), nsp, Shape(w.shape().begin() + 2, w.shape().end()), k, s, d);
+    std::vector<int64_t> op = output_padding_.empty() ? std::vector<int64_t>(nsp, 0) : output_padding_;
+    OMT_CHECK(op.size() == nsp, kModel, info_.where(), ": output_padding needs ", nsp, " values");
+    // output_shape may list only the spatial dims or the full [N, M, ...] shape.
+    std::vector<int64_t> os = output_shape_;
+    if (os.size() == nsp + 2) os.erase(os.begin(), os.begin() + 2);
+    OMT_CHECK(os.empty() || os.size() == nsp, kModel, info_.where(), ": output_shape needs ", nsp,
+              " spatial values, got ", output_shape_.size());
+
+    std::vector<int64_t> pb(nsp, 0);
+    Shape out = {x.dim(0), m};
+    const bool same = attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER";
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x.dim(static_cast<int64_t>(i) + 2);
+      const int64_t full = s[i] * (in - 1) + op[i] + (k[i] - 1) * d[i] + 1;
+      int64_t o;
+      if (!os.empty() || same) {
+        o = !os.empty() ? os[i] : in * s[i];
+        const int64_t total = full - o;
+        pb[i] = attrs_.auto_pad == "SAME_UPPER" ? floor_div(total, 2) : total - floor_div(total, 2);
+      } else {
+        int64_t pe = 0;
+        if (attrs_.auto_pad == "NOTSET" && !attrs_.pads.empty()) {
+          pb[i] = attrs_.pads[i];
+          pe = attrs_.pads[i + nsp];
+        }
+        o = full - pb[i] - pe;
+      }
+      OMT_CHECK(o >= 0, kModel, info_.where(), ": computed a negative output size ", o);
+      out.push_back(o);
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    if (y.numel() == 0) return;
+    const Geometry g = make_geometry(Shape(x.shape().begin() + 2, x.shape().end()),
+                                     Shape(out.begin() + 2, out.end()), k, s, d, pb);
+    switch (x.dtype()) {
+      case DType::kFloat32: run<float>(x, w, b, y, g); break;
+      case DType::kFloat64: run<double>(x, w, b, y, g); break;
+      default: unsupported_dtype(info_, x.dtype());
+    }
+  }
+
+ private:
+  template <class T>
+  void run(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const Geometry& g) {
+    dnnl_set_num_threads(info_.num_threads);
+    const int64_t n = x.dim(0), c = x.dim(1), m = y.dim(1), grp = attrs_.group;
+    const int64_t cg = c / grp, mg = m / grp, ks = g.k_size(), isz = g.in_size(), osz = g.out_size();
+    std::vector<T> col(static_cast<size_t>(mg * ks * isz));
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* py = y.data<T>();
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t gi = 0; gi < grp; ++gi) {
+        T* yg = py + (in * m + gi * mg) * osz;
+        for (int64_t oc = 0; oc < mg; ++oc) {
+          const T bv = b ? b->data<T>()[gi * mg + oc] : T(0);
+          for (int64_t p = 0; p < osz; ++p) yg[oc * osz + p] = bv;
+        }
+        if (isz == 0 || cg == 0) continue;
+        // col[Mg*K, in] = W_g^T [Mg*K, Cg] x X_g [Cg, in]
+        gemm(true, false, mg * ks, isz, cg, T(1), pw + gi * cg * mg * ks, mg * ks,
+             px + (in * c + gi * cg) * isz, isz, T(0), col.data(), isz);
+        col2im(g, mg, col.data(), yg);
+      }
+  }
+
+  KernelInfo info_;
+  ConvAttrs attrs_;
+  std::vector<int64_t> output_padding_, output_shape_;
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL("Conv", ConvKernel);
+OMT_REGISTER_CPU_KERNEL("ConvTranspose", ConvTransposeKernel);
+
+}  // namespace omt::cpu

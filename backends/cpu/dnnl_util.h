@@ -1,0 +1,96 @@
+// oneDNN helpers shared by the CPU kernels of this folder: the process-wide engine, a stream
+// per host thread, memory descriptors built from Tensors, a small per-kernel primitive cache
+// keyed by input shapes, and a row-major sgemm. oneDNN errors become omt::Error (kUnsupported).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/tensor.h"
+
+namespace omt::cpu {
+
+// The CPU engine, created once (engines are thread-safe).
+dnnl::engine& dnnl_engine();
+// An in-order stream for the calling host thread.
+dnnl::stream& dnnl_stream();
+
+// Limits the OpenMP team oneDNN uses for primitives run from the calling thread (the
+// replica's share of the cores). A no-op when n <= 0 or the OpenMP runtime is not loaded.
+void dnnl_set_num_threads(int n);
+
+dnnl::memory::data_type dnnl_data_type(DType dtype);
+dnnl::memory::dims dnnl_dims(const Shape& shape);
+// Row-major ("abcd...") memory descriptor of `shape`.
+dnnl::memory::desc dnnl_plain_md(const Shape& shape, DType dtype);
+dnnl::memory::format_tag dnnl_plain_tag(size_t rank);
+
+// A memory object over a tensor's buffer (no copy); the tensor must outlive its use.
+inline dnnl::memory dnnl_wrap(const dnnl::memory::desc& md, const Tensor& t) {
+  return dnnl::memory(md, dnnl_engine(), const_cast<void*>(t.raw()));
+}
+
+// Runs fn (which creates oneDNN descriptors/primitives) and turns a dnnl::error into an
+// omt::Error naming `where` and `what`.
+template <class Fn>
+auto dnnl_try(const std::string& where, const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    OMT_FAIL(kUnsupported, where, ": oneDNN could not create ", what, " (", e.what(),
+             ", status ", static_cast<int>(e.status), ")");
+  }
+}
+
+// A small cache of per-shape state (primitives, descriptors) owned by one kernel. Shapes
+// rarely change between runs, so a linear search over a few entries is enough; the oldest
+// entry is evicted when full. Not thread-safe: one kernel instance runs on one thread.
+template <class V>
+class ShapeCache {
+ public:
+  explicit ShapeCache(size_t capacity = 8) : capacity_(capacity) {}
+  V* find(const std::vector<int64_t>& key) {
+    for (auto& e : entries_)
+      if (e.first == key) return &e.second;
+    return nullptr;
+  }
+  V& insert(std::vector<int64_t> key, V value) {
+    if (entries_.size() >= capacity_) entries_.erase(entries_.begin());
+    entries_.emplace_back(std::move(key), std::move(value));
+    return entries_.back().second;
+  }
+
+ private:
+  size_t capacity_;
+  std::vector<std::pair<std::vector<int64_t>, V>> entries_;
+};
+
+// Key helper: concatenates shapes (each prefixed by its rank) and extra integers.
+inline void append_key(std::vector<int64_t>& key, const Shape& shape) {
+  key.push_back(static_cast<int64_t>(shape.size()));
+  key.insert(key.end(), shape.begin(), shape.end());
+}
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major with leading dimensions.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+// The same for double (a plain loop: float64 is not a hot path).
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+           int64_t ldc);
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                 const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
+                 double* c, int64_t ldc) {
+  dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace omt::cpu

@@ -1,0 +1,79 @@
+// Dropout (opset 13): identity with an all-true mask in inference; in training, zeroes each
+// element with probability `ratio` and scales survivors by 1/(1-ratio). The generator is a
+// Mersenne Twister seeded once per kernel from `seed` (default 0) that advances across runs
+// (Note [Dropout RNG]).
+#include <cstring>
+#include <random>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace omt::cpu {
+namespace {
+
+// Note [Dropout RNG]: uniforms are drawn exactly as numpy's legacy RandomState(seed).uniform
+// does (MT19937 seeded with init_genrand, 53-bit doubles from two 32-bit draws), so the first
+// run with a given seed reproduces ONNX's reference masks. Later runs continue the stream, so
+// successive training steps get fresh masks.
+class DropoutKernel : public OpKernel {
+ public:
+  explicit DropoutKernel(const KernelInfo& info)
+      : info_(info), rng_(static_cast<uint32_t>(info.attr().get_int("seed", 0))) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor* ratio_t = ctx.num_inputs() > 1 ? ctx.input(1) : nullptr;
+    const Tensor* mode_t = ctx.num_inputs() > 2 ? ctx.input(2) : nullptr;
+    double ratio = 0.5;
+    if (ratio_t && ratio_t->defined()) {
+      OMT_CHECK(ratio_t->numel() == 1, kModel, info_.where(), ": ratio must be a scalar, got ",
+                ratio_t->describe());
+      ratio = ratio_t->value_as_double(0);
+    }
+    bool training = ctx.training();
+    if (mode_t && mode_t->defined()) {
+      OMT_CHECK(mode_t->numel() == 1, kModel, info_.where(), ": training_mode must be a scalar");
+      training = training || mode_t->value_as_double(0) != 0.0;
+    }
+    const bool want_mask = ctx.num_outputs() > 1 && ctx.output_used(1);
+    if (!training || ratio == 0.0) {
+      ctx.set_output(0, x);
+      if (want_mask) {
+        Tensor& mask = ctx.output(1, DType::kBool, x.shape());
+        std::memset(mask.raw(), 1, mask.nbytes());
+      }
+      return;
+    }
+    OMT_CHECK(ratio > 0.0 && ratio <= 1.0, kModel, info_.where(), ": ratio must be in [0, 1], got ",
+              ratio);
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    bool* mask;
+    if (want_mask) {
+      mask = ctx.output(1, DType::kBool, x.shape()).data<bool>();
+    } else {
+      mask_buf_.resize(static_cast<size_t>(x.numel()));
+      mask = reinterpret_cast<bool*>(mask_buf_.data());
+    }
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const uint32_t a = rng_() >> 5, b = rng_() >> 6;
+      const double u = (a * 67108864.0 + b) / 9007199254740992.0;
+      mask[i] = u >= ratio;
+    }
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), {
+      const T scale = ratio < 1.0 ? static_cast<T>(1.0 / (1.0 - ratio)) : T(0);
+      const T* px = x.data<T>();
+      T* py = y.data<T>();
+      for (int64_t i = 0; i < x.numel(); ++i) py[i] = mask[i] ? px[i] * scale : T(0);
+    });
+  }
+
+ private:
+  KernelInfo info_;
+  std::mt19937 rng_;
+  std::vector<uint8_t> mask_buf_;  // the mask when the graph does not ask for it
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL("Dropout", DropoutKernel);
+
+}  // namespace omt::cpu

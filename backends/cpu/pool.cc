@@ -1,0 +1,283 @@
+// MaxPool (with optional Indices), AveragePool, GlobalAveragePool and GlobalMaxPool over
+// NC[D][H]W tensors with 1 to 3 spatial dims. Per call, each spatial dim's window is
+// resolved once into the list of valid input positions per output position, so the inner
+// loops do no bounds checks and padding/dilation/ceil_mode cost nothing per element.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace omt::cpu {
+namespace {
+
+// Window of each output position along one spatial dim.
+struct DimWindows {
+  std::vector<int64_t> begin;      // offset into `pos` of output o's positions
+  std::vector<int64_t> pos;        // valid input positions, grouped by output position
+  std::vector<int64_t> padded_n;   // window positions inside [-pad_begin, in + pad_end)
+  int64_t count(int64_t o) const { return begin[o + 1] - begin[o]; }
+};
+
+struct PoolGeometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  DimWindows win[3];
+};
+
+struct PoolAttrs {
+  std::string auto_pad;
+  std::vector<int64_t> kernel, strides, pads, dilations;
+  bool ceil_mode = false;
+
+  void read(const KernelInfo& info, bool has_dilations) {
+    const AttributeMap& a = info.attr();
+    auto_pad = a.get_string("auto_pad", "NOTSET");
+    OMT_CHECK(auto_pad == "NOTSET" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" ||
+                  auto_pad == "VALID",
+              kModel, info.where(), ": auto_pad '", auto_pad,
+              "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    kernel = a.get_ints("kernel_shape");
+    OMT_CHECK(!kernel.empty() && kernel.size() <= 3, kUnsupported, info.where(),
+              ": kernel_shape must list 1 to 3 spatial dims, got ", kernel.size());
+    const size_t nsp = kernel.size();
+    strides = a.get_ints("strides", std::vector<int64_t>(nsp, 1));
+    pads = a.get_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+    dilations = has_dilations ? a.get_ints("dilations", std::vector<int64_t>(nsp, 1))
+                              : std::vector<int64_t>(nsp, 1);
+    ceil_mode = a.get_int("ceil_mode", 0) != 0;
+    OMT_CHECK(strides.size() == nsp && pads.size() == 2 * nsp && dilations.size() == nsp, kModel,
+              info.where(), ": strides/pads/dilations must have ", nsp, "/", 2 * nsp, "/", nsp,
+              " values for kernel_shape ", shape_str(kernel));
+    for (size_t i = 0; i < nsp; ++i)
+      OMT_CHECK(kernel[i] >= 1 && strides[i] >= 1 && dilations[i] >= 1 && pads[i] >= 0 &&
+                    pads[i + nsp] >= 0,
+                kModel, info.where(), ": kernel_shape, strides and dilations must be >= 1 and "
+                "pads >= 0");
+  }
+
+  // Output shape and window lists for input x of shape [N, C, spatial...].
+  PoolGeometry geometry(const Shape& x, const std::string& where, Shape& out_shape) const {
+    const size_t nsp = kernel.size();
+    OMT_CHECK(x.size() == nsp + 2, kModel, where, ": input ", shape_str(x), " must have ", nsp + 2,
+              " dims for kernel_shape ", shape_str(kernel));
+    PoolGeometry g;
+    out_shape = {x[0], x[1]};
+    const size_t off = 3 - nsp;
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x[i + 2], s = strides[i], d = dilations[i];
+      const int64_t ek = (kernel[i] - 1) * d + 1;
+      int64_t pb = 0, pe = 0, o = 0;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        o = (in + s - 1) / s;
+        const int64_t total = std::max<int64_t>(0, (o - 1) * s + ek - in);
+        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else {
+        if (auto_pad == "NOTSET") {
+          pb = pads[i];
+          pe = pads[i + nsp];
+        }
+        const int64_t span = in + pb + pe - ek;
+        OMT_CHECK(span >= 0, kModel, where, ": input ", shape_str(x),
+                  " is smaller than the pooling window ", shape_str(kernel), " plus pads");
+        o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+      }
+      out_shape.push_back(o);
+      g.in[off + i] = in;
+      g.out[off + i] = o;
+      DimWindows& w = g.win[off + i];
+      w.begin.push_back(0);
+      for (int64_t oi = 0; oi < o; ++oi) {
+        int64_t padded = 0;
+        for (int64_t kk = 0; kk < kernel[i]; ++kk) {
+          const int64_t p = oi * s - pb + kk * d;
+          if (p >= -pb && p < in + pe) ++padded;
+          if (p >= 0 && p < in) w.pos.push_back(p);
+        }
+        w.begin.push_back(static_cast<int64_t>(w.pos.size()));
+        w.padded_n.push_back(padded);
+      }
+    }
+    for (size_t i = 0; i < off; ++i) {  // unused leading dims: one window of position 0
+      g.win[i].begin = {0, 1};
+      g.win[i].pos = {0};
+      g.win[i].padded_n = {1};
+    }
+    return g;
+  }
+};
+
+// Index of input position (p0, p1, p2) in the plane, row-major or column-major.
+inline int64_t plane_index(const PoolGeometry& g, int64_t p0, int64_t p1, int64_t p2,
+                           bool column_major) {
+  return column_major ? p2 * g.in[1] * g.in[0] + p1 * g.in[0] + p0
+                      : (p0 * g.in[1] + p1) * g.in[2] + p2;
+}
+
+template <class T>
+void max_pool(const PoolGeometry& g, int64_t planes, const T* x, T* y, int64_t* indices,
+              bool column_major) {
+  const int64_t isz = g.in[0] * g.in[1] * g.in[2], osz = g.out[0] * g.out[1] * g.out[2];
+  const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * isz;
+    T* yp = y + pl * osz;
+    int64_t* ip = indices ? indices + pl * osz : nullptr;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+          T best = std::numeric_limits<T>::lowest();
+          if constexpr (std::numeric_limits<T>::has_infinity) best = -std::numeric_limits<T>::infinity();
+          int64_t arg0 = -1, arg1 = -1, arg2 = -1;
+          for (int64_t a = w0.begin[o0]; a < w0.begin[o0 + 1]; ++a)
+            for (int64_t b = w1.begin[o1]; b < w1.begin[o1 + 1]; ++b) {
+              const T* row = xp + (w0.pos[a] * g.in[1] + w1.pos[b]) * g.in[2];
+              for (int64_t c = w2.begin[o2]; c < w2.begin[o2 + 1]; ++c) {
+                const T v = row[w2.pos[c]];
+                if (v > best || arg0 < 0) {
+                  best = v;
+                  arg0 = w0.pos[a];
+                  arg1 = w1.pos[b];
+                  arg2 = w2.pos[c];
+                }
+              }
+            }
+          const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
+          yp[o] = best;
+          if (ip) ip[o] = arg0 < 0 ? -1 : pl * isz + plane_index(g, arg0, arg1, arg2, column_major);
+        }
+  }
+}
+
+template <class T>
+void avg_pool(const PoolGeometry& g, int64_t planes, const T* x, T* y, bool count_include_pad) {
+  const int64_t isz = g.in[0] * g.in[1] * g.in[2], osz = g.out[0] * g.out[1] * g.out[2];
+  const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * isz;
+    T* yp = y + pl * osz;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+          T sum = T(0);
+          for (int64_t a = w0.begin[o0]; a < w0.begin[o0 + 1]; ++a)
+            for (int64_t b = w1.begin[o1]; b < w1.begin[o1 + 1]; ++b) {
+              const T* row = xp + (w0.pos[a] * g.in[1] + w1.pos[b]) * g.in[2];
+              for (int64_t c = w2.begin[o2]; c < w2.begin[o2 + 1]; ++c) sum += row[w2.pos[c]];
+            }
+          const int64_t n = count_include_pad
+                                ? w0.padded_n[o0] * w1.padded_n[o1] * w2.padded_n[o2]
+                                : w0.count(o0) * w1.count(o1) * w2.count(o2);
+          yp[(o0 * g.out[1] + o1) * g.out[2] + o2] =
+              n > 0 ? sum / static_cast<T>(n) : std::numeric_limits<T>::quiet_NaN();
+        }
+  }
+}
+
+class MaxPoolKernel : public OpKernel {
+ public:
+  explicit MaxPoolKernel(const KernelInfo& info) : info_(info) {
+    attrs_.read(info, /*has_dilations=*/true);
+    const int64_t so = info.attr().get_int("storage_order", 0);
+    OMT_CHECK(so == 0 || so == 1, kModel, info.where(), ": storage_order must be 0 or 1, got ", so);
+    column_major_ = so == 1;
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    Shape out;
+    const PoolGeometry g = attrs_.geometry(x.shape(), info_.where(), out);
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    int64_t* ind = nullptr;
+    if (ctx.num_outputs() > 1 && ctx.output_used(1))
+      ind = ctx.output(1, DType::kInt64, out).data<int64_t>();
+    const int64_t planes = x.dim(0) * x.dim(1);
+    switch (x.dtype()) {
+      case DType::kFloat32: max_pool(g, planes, x.data<float>(), y.data<float>(), ind, column_major_); break;
+      case DType::kFloat64: max_pool(g, planes, x.data<double>(), y.data<double>(), ind, column_major_); break;
+      case DType::kInt8: max_pool(g, planes, x.data<int8_t>(), y.data<int8_t>(), ind, column_major_); break;
+      case DType::kUInt8: max_pool(g, planes, x.data<uint8_t>(), y.data<uint8_t>(), ind, column_major_); break;
+      default: unsupported_dtype(info_, x.dtype());
+    }
+  }
+
+ private:
+  KernelInfo info_;
+  PoolAttrs attrs_;
+  bool column_major_ = false;
+};
+
+class AveragePoolKernel : public OpKernel {
+ public:
+  explicit AveragePoolKernel(const KernelInfo& info) : info_(info) {
+    OMT_CHECK(!info.attr().has("dilations"), kUnsupported, info.where(),
+              ": AveragePool dilations are opset 19; this runtime implements opset 17");
+    attrs_.read(info, /*has_dilations=*/false);
+    count_include_pad_ = info.attr().get_int("count_include_pad", 0) != 0;
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    Shape out;
+    const PoolGeometry g = attrs_.geometry(x.shape(), info_.where(), out);
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    const int64_t planes = x.dim(0) * x.dim(1);
+    switch (x.dtype()) {
+      case DType::kFloat32: avg_pool(g, planes, x.data<float>(), y.data<float>(), count_include_pad_); break;
+      case DType::kFloat64: avg_pool(g, planes, x.data<double>(), y.data<double>(), count_include_pad_); break;
+      default: unsupported_dtype(info_, x.dtype());
+    }
+  }
+
+ private:
+  KernelInfo info_;
+  PoolAttrs attrs_;
+  bool count_include_pad_ = false;
+};
+
+// GlobalAveragePool / GlobalMaxPool: one value per (n, c) plane.
+template <bool kMax>
+class GlobalPoolKernel : public OpKernel {
+ public:
+  explicit GlobalPoolKernel(const KernelInfo& info) : info_(info) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    OMT_CHECK(x.rank() >= 2, kModel, info_.where(), ": input must be [N, C, ...], got ",
+              x.describe());
+    Shape out(x.shape().size(), 1);
+    out[0] = x.dim(0);
+    out[1] = x.dim(1);
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()),
+                       run<T>(x.data<T>(), y.data<T>(), x.dim(0) * x.dim(1),
+                              x.numel() / std::max<int64_t>(1, x.dim(0) * x.dim(1))));
+  }
+
+ private:
+  template <class T>
+  static void run(const T* x, T* y, int64_t planes, int64_t size) {
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* xp = x + p * size;
+      if constexpr (kMax) {
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < size; ++i) m = xp[i] > m ? xp[i] : m;
+        y[p] = m;
+      } else {
+        T s = T(0);
+        for (int64_t i = 0; i < size; ++i) s += xp[i];
+        y[p] = size > 0 ? s / static_cast<T>(size) : std::numeric_limits<T>::quiet_NaN();
+      }
+    }
+  }
+
+  KernelInfo info_;
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL("MaxPool", MaxPoolKernel);
+OMT_REGISTER_CPU_KERNEL("AveragePool", AveragePoolKernel);
+OMT_REGISTER_CPU_KERNEL("GlobalAveragePool", GlobalPoolKernel<false>);
+OMT_REGISTER_CPU_KERNEL("GlobalMaxPool", GlobalPoolKernel<true>);
+
+}  // namespace omt::cpu

@@ -1,0 +1,420 @@
+// RNN, GRU and LSTM (forward, reverse, bidirectional; sequence_lens; initial states; LSTM
+// peepholes and input_forget; GRU linear_before_reset; layout 0 and 1; clip; the ONNX
+// activation functions). Each direction does one GEMM for the input projection of all time
+// steps, then per step one GEMM (two for GRU without linear_before_reset) for the recurrence.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_util.h"
+
+namespace omt::cpu {
+namespace {
+
+enum class Cell { kRnn, kGru, kLstm };
+
+enum class ActKind {
+  kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid,
+  kElu, kSoftsign, kSoftplus
+};
+
+struct Activation {
+  ActKind kind = ActKind::kTanh;
+  float alpha = 0.f, beta = 0.f;
+
+  template <class T>
+  void apply(T* v, int64_t n) const {
+    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
+    switch (kind) {
+      case ActKind::kSigmoid:
+        for (int64_t i = 0; i < n; ++i) v[i] = T(1) / (T(1) + std::exp(-v[i]));
+        break;
+      case ActKind::kTanh:
+        for (int64_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
+        break;
+      case ActKind::kRelu:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] > T(0) ? v[i] : T(0);
+        break;
+      case ActKind::kAffine:
+        for (int64_t i = 0; i < n; ++i) v[i] = a * v[i] + b;
+        break;
+      case ActKind::kLeakyRelu:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= T(0) ? v[i] : a * v[i];
+        break;
+      case ActKind::kThresholdedRelu:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] > a ? v[i] : T(0);
+        break;
+      case ActKind::kScaledTanh:
+        for (int64_t i = 0; i < n; ++i) v[i] = a * std::tanh(b * v[i]);
+        break;
+      case ActKind::kHardSigmoid:
+        for (int64_t i = 0; i < n; ++i) v[i] = std::max(T(0), std::min(T(1), a * v[i] + b));
+        break;
+      case ActKind::kElu:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= T(0) ? v[i] : a * (std::exp(v[i]) - T(1));
+        break;
+      case ActKind::kSoftsign:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] / (T(1) + std::abs(v[i]));
+        break;
+      case ActKind::kSoftplus:
+        for (int64_t i = 0; i < n; ++i) v[i] = std::log1p(std::exp(v[i]));
+        break;
+    }
+  }
+};
+
+// Parses the activations attribute; alpha/beta are consumed in order by the activations that
+// take them (ONNX's rule), with the usual defaults when the lists run short.
+std::vector<Activation> parse_activations(const KernelInfo& info, std::vector<std::string> names,
+                                          const std::vector<std::string>& defaults, int dirs) {
+  const size_t per_dir = defaults.size();
+  if (names.empty()) {
+    for (int d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
+  } else if (names.size() == per_dir && dirs == 2) {
+    names.insert(names.end(), names.begin(), names.end());
+  }
+  OMT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs), kModel, info.where(),
+            ": activations lists ", names.size(), " functions, expected ", per_dir * dirs);
+  const std::vector<float> alphas = info.attr().get_floats("activation_alpha");
+  const std::vector<float> betas = info.attr().get_floats("activation_beta");
+  size_t ai = 0, bi = 0;
+  auto next = [](const std::vector<float>& v, size_t& i, float fallback) {
+    return i < v.size() ? v[i++] : fallback;
+  };
+  std::vector<Activation> out;
+  for (const std::string& raw : names) {
+    std::string n = raw;
+    for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    Activation a;
+    if (n == "sigmoid") a.kind = ActKind::kSigmoid;
+    else if (n == "tanh") a.kind = ActKind::kTanh;
+    else if (n == "relu") a.kind = ActKind::kRelu;
+    else if (n == "softsign") a.kind = ActKind::kSoftsign;
+    else if (n == "softplus") a.kind = ActKind::kSoftplus;
+    else if (n == "affine") {
+      a.kind = ActKind::kAffine;
+      a.alpha = next(alphas, ai, 1.f);
+      a.beta = next(betas, bi, 0.f);
+    } else if (n == "leakyrelu") {
+      a.kind = ActKind::kLeakyRelu;
+      a.alpha = next(alphas, ai, 0.01f);
+    } else if (n == "thresholdedrelu") {
+      a.kind = ActKind::kThresholdedRelu;
+      a.alpha = next(alphas, ai, 1.f);
+    } else if (n == "scaledtanh") {
+      a.kind = ActKind::kScaledTanh;
+      a.alpha = next(alphas, ai, 1.f);
+      a.beta = next(betas, bi, 1.f);
+    } else if (n == "hardsigmoid") {
+      a.kind = ActKind::kHardSigmoid;
+      a.alpha = next(alphas, ai, 0.2f);
+      a.beta = next(betas, bi, 0.5f);
+    } else if (n == "elu") {
+      a.kind = ActKind::kElu;
+      a.alpha = next(alphas, ai, 1.f);
+    } else {
+      OMT_FAIL(kUnsupported, info.where(), ": activation '", raw, "' is not supported (Sigmoid, "
+               "Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, "
+               "Softsign, Softplus are)");
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+std::vector<std::string> string_list(const AttributeMap& attrs, const std::string& name) {
+  const auto it = attrs.all().find(name);
+  if (it == attrs.all().end()) return {};
+  if (const auto* v = std::get_if<std::vector<std::string>>(&it->second)) return *v;
+  if (const auto* one = std::get_if<std::string>(&it->second)) return {*one};
+  OMT_FAIL(kModel, "attribute '", name, "' must be a list of strings");
+}
+
+template <class T>
+void clip_values(T* v, int64_t n, float clip) {
+  if (clip <= 0.f) return;
+  const T c = static_cast<T>(clip);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::max(-c, std::min(c, v[i]));
+}
+
+class RecurrentKernel : public OpKernel {
+ public:
+  RecurrentKernel(const KernelInfo& info, Cell cell) : info_(info), cell_(cell) {
+    const AttributeMap& a = info.attr();
+    gates_ = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 3 : 4;
+    const std::string direction = a.get_string("direction", "forward");
+    OMT_CHECK(direction == "forward" || direction == "reverse" || direction == "bidirectional",
+              kModel, info.where(), ": direction '", direction,
+              "' is not forward, reverse or bidirectional");
+    reverse_ = direction == "reverse";
+    dirs_ = direction == "bidirectional" ? 2 : 1;
+    hidden_size_ = a.get_int("hidden_size", 0);
+    layout_ = a.get_int("layout", 0);
+    OMT_CHECK(layout_ == 0 || layout_ == 1, kModel, info.where(), ": layout must be 0 or 1, got ",
+              layout_);
+    clip_ = a.has("clip") ? a.get_float("clip", 0.f) : 0.f;
+    OMT_CHECK(!a.has("clip") || clip_ > 0.f, kModel, info.where(), ": clip must be > 0");
+    linear_before_reset_ = cell == Cell::kGru && a.get_int("linear_before_reset", 0) != 0;
+    input_forget_ = cell == Cell::kLstm && a.get_int("input_forget", 0) != 0;
+    const std::vector<std::string> defaults =
+        cell == Cell::kRnn ? std::vector<std::string>{"Tanh"}
+        : cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                             : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+    acts_ = parse_activations(info, string_list(a, "activations"), defaults, dirs_);
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx));
+  }
+
+ private:
+  const Tensor* opt(KernelContext& ctx, int i) const {
+    const Tensor* t = ctx.num_inputs() > i ? ctx.input(i) : nullptr;
+    return t && t->defined() && t->numel() > 0 ? t : nullptr;
+  }
+
+  void check_shape(const Tensor& t, const Shape& want, const char* what) const {
+    OMT_CHECK(t.shape() == want, kModel, info_.where(), ": ", what, " is ", shape_str(t.shape()),
+              ", expected ", shape_str(want));
+  }
+
+  // [a, b, c] -> [b, a, c] (layout 1 <-> 0).
+  template <class T>
+  static void swap01(const T* src, T* dst, int64_t a, int64_t b, int64_t c) {
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < b; ++j) std::memcpy(dst + (j * a + i) * c, src + (i * b + j) * c, sizeof(T) * c);
+  }
+
+  template <class T>
+  void run(KernelContext& ctx) {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor& r = ctx.in(2);
+    const Tensor* bias = opt(ctx, 3);
+    const Tensor* seq_lens = opt(ctx, 4);
+    const Tensor* init_h = opt(ctx, 5);
+    const Tensor* init_c = cell_ == Cell::kLstm ? opt(ctx, 6) : nullptr;
+    const Tensor* peep = cell_ == Cell::kLstm ? opt(ctx, 7) : nullptr;
+    OMT_CHECK(x.rank() == 3 && w.rank() == 3 && r.rank() == 3, kModel, info_.where(),
+              ": X, W and R must be 3-D, got ", x.describe(), ", ", w.describe(), ", ", r.describe());
+    for (const Tensor* t : {&w, &r, bias, init_h, init_c, peep})
+      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, info_.where(), ": ", t->describe(),
+                " does not match X's dtype ", dtype_name(x.dtype()));
+    const int64_t seq = layout_ == 0 ? x.dim(0) : x.dim(1);
+    const int64_t batch = layout_ == 0 ? x.dim(1) : x.dim(0);
+    const int64_t in_size = x.dim(2), hs = r.dim(2), gh = gates_ * hs, D = dirs_;
+    OMT_CHECK(hidden_size_ == 0 || hidden_size_ == hs, kModel, info_.where(), ": hidden_size ",
+              hidden_size_, " does not match R ", shape_str(r.shape()));
+    check_shape(w, {D, gh, in_size}, "W");
+    check_shape(r, {D, gh, hs}, "R");
+    if (bias) check_shape(*bias, {D, 2 * gh}, "B");
+    if (peep) check_shape(*peep, {D, 3 * hs}, "P");
+    const Shape state_shape = layout_ == 0 ? Shape{D, batch, hs} : Shape{batch, D, hs};
+    if (init_h) check_shape(*init_h, state_shape, "initial_h");
+    if (init_c) check_shape(*init_c, state_shape, "initial_c");
+    std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
+    if (seq_lens) {
+      check_shape(*seq_lens, {batch}, "sequence_lens");
+      lens = seq_lens->to_int64_vector();
+      for (int64_t l : lens)
+        OMT_CHECK(l >= 0 && l <= seq, kModel, info_.where(), ": sequence_lens value ", l,
+                  " is outside [0, ", seq, "]");
+    }
+
+    // Work in layout 0: X [seq, batch, in], Y [seq, D, batch, hs], states [D, batch, hs].
+    std::vector<T> x_buf, h0_buf, c0_buf;
+    const T* px = x.data<T>();
+    if (layout_ == 1) {
+      x_buf.resize(static_cast<size_t>(x.numel()));
+      swap01(px, x_buf.data(), batch, seq, in_size);
+      px = x_buf.data();
+    }
+    auto state0 = [&](const Tensor* t, std::vector<T>& buf) -> const T* {
+      if (!t) return nullptr;
+      if (layout_ == 0) return t->data<T>();
+      buf.resize(static_cast<size_t>(t->numel()));
+      swap01(t->data<T>(), buf.data(), batch, D, hs);
+      return buf.data();
+    };
+    const T* h0 = state0(init_h, h0_buf);
+    const T* c0 = state0(init_c, c0_buf);
+
+    std::vector<T> y(static_cast<size_t>(seq * D * batch * hs), T(0));
+    std::vector<T> h_last(static_cast<size_t>(D * batch * hs), T(0));
+    std::vector<T> c_last(static_cast<size_t>(D * batch * hs), T(0));
+    dnnl_set_num_threads(info_.num_threads);
+    for (int64_t d = 0; d < D; ++d) {
+      const bool rev = reverse_ || d == 1;
+      run_direction<T>(d, rev, seq, batch, in_size, hs, px, w.data<T>() + d * gh * in_size,
+                       r.data<T>() + d * gh * hs, bias ? bias->data<T>() + d * 2 * gh : nullptr,
+                       peep ? peep->data<T>() + d * 3 * hs : nullptr,
+                       h0 ? h0 + d * batch * hs : nullptr, c0 ? c0 + d * batch * hs : nullptr,
+                       lens, y.data(), h_last.data() + d * batch * hs,
+                       c_last.data() + d * batch * hs, D);
+    }
+
+    if (ctx.num_outputs() > 0 && ctx.output_used(0)) {
+      const Shape ys = layout_ == 0 ? Shape{seq, D, batch, hs} : Shape{batch, seq, D, hs};
+      T* py = ctx.output(0, x.dtype(), ys).template data<T>();
+      if (layout_ == 0) std::copy(y.begin(), y.end(), py);
+      else
+        for (int64_t t = 0; t < seq; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            for (int64_t b = 0; b < batch; ++b)
+              std::memcpy(py + ((b * seq + t) * D + d) * hs, y.data() + ((t * D + d) * batch + b) * hs,
+                          sizeof(T) * hs);
+    }
+    auto write_state = [&](int i, const std::vector<T>& s) {
+      if (ctx.num_outputs() <= i || !ctx.output_used(i)) return;
+      T* p = ctx.output(i, x.dtype(), state_shape).template data<T>();
+      if (layout_ == 0) std::copy(s.begin(), s.end(), p);
+      else swap01(s.data(), p, D, batch, hs);
+    };
+    write_state(1, h_last);
+    if (cell_ == Cell::kLstm) write_state(2, c_last);
+  }
+
+  template <class T>
+  void run_direction(int64_t d, bool rev, int64_t seq, int64_t batch, int64_t in_size, int64_t hs,
+                     const T* x, const T* w, const T* r, const T* bias, const T* peep,
+                     const T* h0, const T* c0, const std::vector<int64_t>& lens, T* y, T* h_out,
+                     T* c_out, int64_t D) const {
+    const int64_t gh = gates_ * hs;
+    const Activation* act = &acts_[static_cast<size_t>(d) * (gates_ == 1 ? 1 : gates_ == 3 ? 2 : 3)];
+    // Input projection of every step, plus the biases that sit outside the recurrence.
+    std::vector<T> xw(static_cast<size_t>(seq * batch * gh));
+    gemm(false, true, seq * batch, gh, in_size, T(1), x, in_size, w, in_size, T(0), xw.data(), gh);
+    const T* rbh = nullptr;  // GRU linear_before_reset: Rb of the h gate stays inside
+    if (bias) {
+      std::vector<T> b(static_cast<size_t>(gh));
+      for (int64_t j = 0; j < gh; ++j) b[j] = bias[j] + bias[gh + j];
+      if (linear_before_reset_) {
+        rbh = bias + gh + 2 * hs;
+        for (int64_t j = 2 * hs; j < gh; ++j) b[j] = bias[j];
+      }
+      for (int64_t i = 0; i < seq * batch; ++i)
+        for (int64_t j = 0; j < gh; ++j) xw[i * gh + j] += b[j];
+    }
+    std::vector<T> h(static_cast<size_t>(batch * hs), T(0)), c(h.size(), T(0));
+    if (h0) std::copy(h0, h0 + batch * hs, h.begin());
+    if (c0) std::copy(c0, c0 + batch * hs, c.begin());
+    std::vector<T> hr(static_cast<size_t>(batch * gh)), rh(static_cast<size_t>(batch * hs));
+    std::vector<T> tmp(static_cast<size_t>(hs));
+
+    for (int64_t step = 0; step < seq; ++step) {
+      const int64_t t = rev ? seq - 1 - step : step;
+      T* g = xw.data() + t * batch * gh;
+      if (cell_ == Cell::kGru && !linear_before_reset_) {
+        gemm(false, true, batch, 2 * hs, hs, T(1), h.data(), hs, r, hs, T(0), hr.data(), gh);
+      } else {
+        gemm(false, true, batch, gh, hs, T(1), h.data(), hs, r, hs, T(0), hr.data(), gh);
+      }
+      if (cell_ == Cell::kGru) {
+        // z and r gates for every row (the h gate of linear_before_reset=0 needs all of r).
+        for (int64_t b = 0; b < batch; ++b) {
+          T* gb = g + b * gh;
+          const T* hb = hr.data() + b * gh;
+          for (int64_t j = 0; j < 2 * hs; ++j) gb[j] += hb[j];
+          clip_values(gb, 2 * hs, clip_);
+          act[0].apply(gb, 2 * hs);
+          if (!linear_before_reset_)
+            for (int64_t j = 0; j < hs; ++j) rh[b * hs + j] = gb[hs + j] * h[b * hs + j];
+        }
+        if (!linear_before_reset_)
+          gemm(false, true, batch, hs, hs, T(1), rh.data(), hs, r + 2 * hs * hs, hs, T(0),
+               hr.data() + 2 * hs, gh);
+      }
+      for (int64_t b = 0; b < batch; ++b) {
+        T* yb = y + ((t * D + d) * batch + b) * hs;
+        if (t >= lens[b]) continue;  // past this sequence's end: Y stays 0, state unchanged
+        T* gb = g + b * gh;
+        const T* hb = hr.data() + b * gh;
+        T* hs_b = h.data() + b * hs;
+        if (cell_ == Cell::kRnn) {
+          for (int64_t j = 0; j < hs; ++j) gb[j] += hb[j];
+          clip_values(gb, hs, clip_);
+          act[0].apply(gb, hs);
+          std::copy(gb, gb + hs, hs_b);
+        } else if (cell_ == Cell::kGru) {
+          T* hg = gb + 2 * hs;
+          const T* hh = hb + 2 * hs;
+          if (linear_before_reset_) {
+            for (int64_t j = 0; j < hs; ++j)
+              hg[j] += gb[hs + j] * (hh[j] + (rbh ? rbh[j] : T(0)));
+          } else {
+            for (int64_t j = 0; j < hs; ++j) hg[j] += hh[j];
+          }
+          clip_values(hg, hs, clip_);
+          act[1].apply(hg, hs);
+          for (int64_t j = 0; j < hs; ++j) hs_b[j] = (T(1) - gb[j]) * hg[j] + gb[j] * hs_b[j];
+        } else {
+          for (int64_t j = 0; j < gh; ++j) gb[j] += hb[j];
+          T* ig = gb;
+          T* og = gb + hs;
+          T* fg = gb + 2 * hs;
+          T* cg = gb + 3 * hs;
+          T* cb = c.data() + b * hs;
+          if (peep)
+            for (int64_t j = 0; j < hs; ++j) {
+              ig[j] += peep[j] * cb[j];
+              fg[j] += peep[2 * hs + j] * cb[j];
+            }
+          clip_values(ig, hs, clip_);
+          clip_values(fg, hs, clip_);
+          clip_values(cg, hs, clip_);
+          act[0].apply(ig, hs);
+          if (input_forget_) {
+            for (int64_t j = 0; j < hs; ++j) fg[j] = T(1) - ig[j];
+          } else {
+            act[0].apply(fg, hs);
+          }
+          act[1].apply(cg, hs);
+          for (int64_t j = 0; j < hs; ++j) cb[j] = fg[j] * cb[j] + ig[j] * cg[j];
+          if (peep)
+            for (int64_t j = 0; j < hs; ++j) og[j] += peep[hs + j] * cb[j];
+          clip_values(og, hs, clip_);
+          act[0].apply(og, hs);
+          std::copy(cb, cb + hs, tmp.begin());
+          act[2].apply(tmp.data(), hs);
+          for (int64_t j = 0; j < hs; ++j) hs_b[j] = og[j] * tmp[j];
+        }
+        std::copy(hs_b, hs_b + hs, yb);
+      }
+    }
+    std::copy(h.begin(), h.end(), h_out);
+    std::copy(c.begin(), c.end(), c_out);
+  }
+
+  KernelInfo info_;
+  Cell cell_;
+  int64_t gates_ = 1;
+  bool reverse_ = false;
+  int64_t dirs_ = 1;
+  int64_t hidden_size_ = 0;
+  int64_t layout_ = 0;
+  float clip_ = 0.f;
+  bool linear_before_reset_ = false;
+  bool input_forget_ = false;
+  std::vector<Activation> acts_;
+};
+
+struct RnnKernel : RecurrentKernel {
+  explicit RnnKernel(const KernelInfo& info) : RecurrentKernel(info, Cell::kRnn) {}
+};
+struct GruKernel : RecurrentKernel {
+  explicit GruKernel(const KernelInfo& info) : RecurrentKernel(info, Cell::kGru) {}
+};
+struct LstmKernel : RecurrentKernel {
+  explicit LstmKernel(const KernelInfo& info) : RecurrentKernel(info, Cell::kLstm) {}
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL("RNN", RnnKernel);
+OMT_REGISTER_CPU_KERNEL("GRU", GruKernel);
+OMT_REGISTER_CPU_KERNEL("LSTM", LstmKernel);
+
+}  // namespace omt::cpu

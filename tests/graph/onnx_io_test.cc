@@ -1,0 +1,112 @@
+// Import and export: checker, opset conversion, symbolic dims, names, and the round trip.
+#include "graph/onnx_io.h"
+
+#include <gtest/gtest.h>
+
+#include "common/file_util.h"
+#include "runtime/data/npy.h"
+#include "runtime/session.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+using test::source_path;
+
+TEST(OnnxImport, KeepsNamesSymbolicDimsAndInitializers) {
+  const Model m = load_onnx(source_path("models/cnn.onnx"));
+  EXPECT_EQ(m.opset(), kCanonicalOpset);
+  ASSERT_EQ(m.graph.inputs.size(), 1u);
+  EXPECT_EQ(m.graph.inputs[0].name, "input");
+  ASSERT_TRUE(m.graph.inputs[0].shape.has_value());
+  EXPECT_EQ((*m.graph.inputs[0].shape)[0].symbol, "batch");
+  EXPECT_EQ((*m.graph.inputs[0].shape)[1].value, 1);
+  EXPECT_EQ(m.graph.outputs[0].name, "logits");
+  EXPECT_TRUE(m.graph.initializers.has("conv1.weight"));
+  EXPECT_EQ(m.graph.initializers.at("conv1.weight").shape(), (Shape{32, 1, 3, 3}));
+  bool found = false;
+  for (const auto& n : m.graph.nodes) found |= n.name == "/conv1/Conv";
+  EXPECT_TRUE(found) << "node names must survive import";
+}
+
+TEST(OnnxImport, ConvertsOpset13To17) {
+  const Model m = load_onnx(source_path("tests/data/cnn_opset13.onnx"));
+  EXPECT_EQ(m.original_opset, 13);
+  EXPECT_EQ(m.opset(), 17);
+}
+
+TEST(OnnxImport, RewritesFiveOutputTrainingBatchNorm) {
+  const Model m = load_onnx(source_path("tests/data/bn_train_opset13.onnx"));
+  int bn = 0;
+  for (const auto& n : m.graph.nodes) {
+    if (n.op_type != "BatchNormalization") continue;
+    ++bn;
+    EXPECT_LE(n.outputs.size(), 3u);
+    EXPECT_EQ(n.attrs.get_int("training_mode", 0), 1);
+  }
+  EXPECT_EQ(bn, 1);
+}
+
+TEST(OnnxImport, MissingFileIsAnIoErrorNamingThePath) {
+  try {
+    load_onnx("/nonexistent/model.onnx");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.onnx"), std::string::npos);
+  }
+}
+
+TEST(OnnxImport, TruncatedAndForeignFilesAreModelErrors) {
+  test::TempDir dir;
+  const std::string bytes = read_file_bytes(source_path("models/mlp.onnx"));
+  write_file_atomic(dir.file("half.onnx"), bytes.substr(0, bytes.size() / 2));
+  write_file_atomic(dir.file("text.onnx"), "this is not a model\n");
+  for (const char* name : {"half.onnx", "text.onnx"}) {
+    try {
+      load_onnx(dir.file(name));
+      FAIL() << name << " imported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(OnnxExport, RoundTripPassesCheckerAndGivesIdenticalOutputs) {
+  test::TempDir dir;
+  for (const char* model_name : {"models/mlp.onnx", "models/cnn.onnx", "tests/data/cnn_opset13.onnx"}) {
+    auto original = std::make_shared<const Model>(load_onnx(source_path(model_name)));
+    save_onnx(*original, dir.file("round.onnx"));  // runs ONNX's checker
+    auto reloaded = std::make_shared<const Model>(load_onnx(dir.file("round.onnx")));
+    ASSERT_EQ(reloaded->graph.nodes.size(), original->graph.nodes.size());
+    for (size_t i = 0; i < original->graph.nodes.size(); ++i) {
+      EXPECT_EQ(reloaded->graph.nodes[i].name, original->graph.nodes[i].name);
+      EXPECT_EQ(reloaded->graph.nodes[i].op_type, original->graph.nodes[i].op_type);
+    }
+    EXPECT_EQ(reloaded->graph.inputs[0].shape_str(), original->graph.inputs[0].shape_str());
+    for (const auto& name : original->graph.initializers.names())
+      EXPECT_TRUE(test::tensors_identical(reloaded->graph.initializers.at(name),
+                                          original->graph.initializers.at(name))) << name;
+    const NamedTensors ref = read_npz(source_path("models/reference/cnn_predict.npz"));
+    NamedTensors feeds;
+    feeds.set("input", ref.at("input"));
+    Session a(original), b(reloaded);
+    const NamedTensors oa = a.run(feeds), ob = b.run(feeds);
+    EXPECT_TRUE(test::tensors_identical(oa.at("logits"), ob.at("logits"))) << model_name;
+  }
+}
+
+TEST(OnnxExport, UnwritablePathLeavesNothingBehind) {
+  const Model m = load_onnx(source_path("models/mlp.onnx"));
+  try {
+    save_onnx(m, "/nonexistent-dir/out.onnx");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/out.onnx"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace omt

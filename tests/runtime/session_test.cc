@@ -1,0 +1,79 @@
+// Session and Predictor: outputs match PyTorch's, replicas change nothing, bad feeds are
+// named errors, unsupported ops are listed all at once.
+#include <gtest/gtest.h>
+
+#include "graph/onnx_io.h"
+#include "runtime/data/npy.h"
+#include "runtime/predictor.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+std::shared_ptr<const Model> load(const std::string& rel) {
+  return std::make_shared<const Model>(load_onnx(test::source_path(rel)));
+}
+
+class ReferenceModels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ReferenceModels, MatchPyTorchLogits) {
+  const std::string name = GetParam();
+  const NamedTensors ref = read_npz(test::source_path("models/reference/" + name + "_predict.npz"));
+  Session s(load("models/" + name + ".onnx"));
+  NamedTensors feeds;
+  feeds.set("input", ref.at("input"));
+  EXPECT_TRUE(test::tensors_close(s.run(feeds).at("logits"), ref.at("logits"), 1e-4, 1e-5));
+}
+
+TEST_P(ReferenceModels, ReplicasGiveIdenticalOutputs) {
+  const std::string name = GetParam();
+  const NamedTensors ref = read_npz(test::source_path("models/reference/" + name + "_predict.npz"));
+  NamedTensors feeds;
+  feeds.set("input", ref.at("input"));
+  auto model = load("models/" + name + ".onnx");
+  Predictor one(model, 1);
+  const Tensor want = one.run(feeds).at("logits");
+  for (int replicas : {2, 3}) {
+    Predictor p(model, replicas);
+    const Tensor got = p.run(feeds).at("logits");
+    EXPECT_EQ(got.shape(), (Shape{64, 10})) << replicas << " replicas";
+    EXPECT_TRUE(test::tensors_identical(got, want)) << replicas << " replicas";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ReferenceModels, ::testing::Values("mlp", "cnn"));
+
+TEST(Session, BadFeedsNameBothSides) {
+  Session s(load("models/mlp.onnx"));
+  auto expect_error = [&](const NamedTensors& feeds, const std::vector<std::string>& parts) {
+    try {
+      s.run(feeds);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  };
+  NamedTensors wrong_name;
+  wrong_name.set("images", Tensor::zeros(DType::kFloat32, {4, 1, 28, 28}));
+  expect_error(wrong_name, {"'images'", "'input'"});
+  NamedTensors wrong_shape;
+  wrong_shape.set("input", Tensor::zeros(DType::kFloat32, {4, 784}));
+  expect_error(wrong_shape, {"'input'", "[4,784]", "[batch,1,28,28]"});
+  NamedTensors wrong_dtype;
+  wrong_dtype.set("input", Tensor::zeros(DType::kFloat64, {4, 1, 28, 28}));
+  expect_error(wrong_dtype, {"'input'", "float64", "float32"});
+}
+
+TEST(Session, ListsEveryUnsupportedOpWithItsNode) {
+  try {
+    Session s(load("tests/data/unsupported_det.onnx"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("Det (node 'det_node')"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace omt

@@ -1,0 +1,95 @@
+// onnx-mirror-train as a user meets it: exit codes and messages for bad input, and predict's
+// batch contract (N in, N out, whatever the replica count).
+#include <gtest/gtest.h>
+
+#include "common/file_util.h"
+#include "runtime/data/npy.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+using test::run_tool;
+using test::source_path;
+
+void expect_failure(const test::CommandResult& r, const std::vector<std::string>& parts) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed: " << r.output;
+  for (const auto& p : parts) EXPECT_NE(r.output.find(p), std::string::npos) << r.output;
+}
+
+TEST(Cli, InspectDescribesAModel) {
+  const auto r = run_tool("inspect " + source_path("models/cnn.onnx"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"input  float32[batch,1,28,28]", "logits", "Conv", "parameters: 8 float tensors",
+                           "unsupported ops on cpu: none"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+}
+
+TEST(Cli, InspectListsUnsupportedOps) {
+  expect_failure(run_tool("inspect " + source_path("tests/data/unsupported_det.onnx")),
+                 {"Det (node 'det_node')"});
+}
+
+TEST(Cli, MissingTruncatedAndForeignModels) {
+  test::TempDir dir;
+  expect_failure(run_tool("inspect " + dir.file("none.onnx")), {"none.onnx", "No such file"});
+  const std::string bytes = read_file_bytes(source_path("models/cnn.onnx"));
+  write_file_atomic(dir.file("cut.onnx"), bytes.substr(0, 1000));
+  expect_failure(run_tool("inspect " + dir.file("cut.onnx")), {"cut.onnx", "not an ONNX model"});
+  expect_failure(run_tool("predict " + source_path("tests/data/unsupported_det.onnx") + " --data x.npz"),
+                 {"Det (node 'det_node')"});
+}
+
+TEST(Cli, PredictDataMismatchNamesArrayAndInput) {
+  test::TempDir dir;
+  NamedTensors wrong_name;
+  wrong_name.set("pixels", Tensor::zeros(DType::kFloat32, {4, 1, 28, 28}));
+  write_npz(dir.file("name.npz"), wrong_name);
+  expect_failure(run_tool("predict " + source_path("models/cnn.onnx") + " --data " + dir.file("name.npz")),
+                 {"'pixels'", "'input'"});
+  NamedTensors wrong_shape;
+  wrong_shape.set("input", Tensor::zeros(DType::kFloat32, {4, 28, 28}));
+  write_npz(dir.file("shape.npz"), wrong_shape);
+  expect_failure(run_tool("predict " + source_path("models/cnn.onnx") + " --data " + dir.file("shape.npz")),
+                 {"'input'", "[4,28,28]", "[batch,1,28,28]"});
+  expect_failure(run_tool("predict " + source_path("models/cnn.onnx") + " --data " + dir.file("none.npz")),
+                 {"none.npz"});
+}
+
+TEST(Cli, PredictKeepsTheBatchAndIgnoresReplicaCount) {
+  test::TempDir dir;
+  const NamedTensors ref = read_npz(source_path("models/reference/cnn_predict.npz"));
+  NamedTensors in;
+  in.set("input", ref.at("input"));
+  write_npz(dir.file("in.npz"), in);
+  Tensor first;
+  for (int replicas : {1, 2, 3}) {
+    const std::string out = dir.file("out" + std::to_string(replicas) + ".npz");
+    const auto r = run_tool("predict " + source_path("models/cnn.onnx") + " --data " + dir.file("in.npz") +
+                            " --output " + out + " --replicas " + std::to_string(replicas));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const NamedTensors got = read_npz(out);
+    ASSERT_TRUE(got.has("logits"));
+    EXPECT_EQ(got.at("logits").shape(), (Shape{64, 10}));
+    if (replicas == 1) first = got.at("logits");
+    else EXPECT_TRUE(test::tensors_identical(got.at("logits"), first)) << replicas << " replicas";
+  }
+}
+
+TEST(Cli, PredictUnwritableOutputLeavesNothing) {
+  const auto r = run_tool("predict " + source_path("models/mlp.onnx") + " --data " +
+                          source_path("models/reference/mlp_predict.npz") + " --output /nonexistent/out.npz");
+  // The reference archive also holds 'logits', which is not a model input: a clear error.
+  expect_failure(r, {"'logits'"});
+  test::TempDir dir;
+  NamedTensors in;
+  in.set("input", read_npz(source_path("models/reference/mlp_predict.npz")).at("input"));
+  write_npz(dir.file("in.npz"), in);
+  expect_failure(run_tool("predict " + source_path("models/mlp.onnx") + " --data " + dir.file("in.npz") +
+                          " --output /nonexistent/out.npz"), {"/nonexistent/out.npz"});
+  EXPECT_FALSE(file_exists("/nonexistent/out.npz"));
+}
+
+}  // namespace
+}  // namespace omt
