@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(
   build-essential cmake ninja-build pkg-config
   libonnx-dev libprotobuf-dev protobuf-compiler
-  libgloo-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
+  libgloo-dev libhiredis-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev
   dataset-fashion-mnist libonnx-testdata

@@ -8,6 +8,10 @@
 #include "common/error.h"
 #include "tools/commands.h"
 
+namespace omt {
+void register_bench_collectives(CLI::App& app);  // tools/cmd_bench_collectives.cc
+}
+
 namespace {
 
 int exit_code(omt::ErrorKind kind) {
@@ -29,6 +33,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   omt::tools::register_inspect(app);
   omt::tools::register_predict(app);
+  omt::register_bench_collectives(app);
   try {
     app.parse(argc, argv);
     return omt::tools::run_selected(app);

@@ -113,39 +113,88 @@ inline int64_t plane_index(const PoolGeometry& g, int64_t p0, int64_t p1, int64_
                       : (p0 * g.in[1] + p1) * g.in[2] + p2;
 }
 
+// 2x2 windows with stride 2 and no padding (the common CNN case): straight-line code.
 template <class T>
+void max_pool_2x2(const PoolGeometry& g, int64_t planes, const T* x, T* y) {
+  const int64_t ih = g.in[1], iw = g.in[2], oh = g.out[1], ow = g.out[2];
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * ih * iw;
+    T* yp = y + pl * oh * ow;
+    for (int64_t i = 0; i < oh; ++i) {
+      const T* r0 = xp + 2 * i * iw;
+      const T* r1 = r0 + iw;
+      T* yr = yp + i * ow;
+      for (int64_t j = 0; j < ow; ++j) {
+        const T a = r0[2 * j] > r0[2 * j + 1] ? r0[2 * j] : r0[2 * j + 1];
+        const T b = r1[2 * j] > r1[2 * j + 1] ? r1[2 * j] : r1[2 * j + 1];
+        yr[j] = a > b ? a : b;
+      }
+    }
+  }
+}
+
+// kIndices: also record the argmax as a flat index into the input (Indices output).
+template <class T, bool kIndices>
 void max_pool(const PoolGeometry& g, int64_t planes, const T* x, T* y, int64_t* indices,
               bool column_major) {
   const int64_t isz = g.in[0] * g.in[1] * g.in[2], osz = g.out[0] * g.out[1] * g.out[2];
   const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
+  T lowest = std::numeric_limits<T>::lowest();
+  if constexpr (std::numeric_limits<T>::has_infinity) lowest = -std::numeric_limits<T>::infinity();
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* xp = x + pl * isz;
     T* yp = y + pl * osz;
-    int64_t* ip = indices ? indices + pl * osz : nullptr;
     for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-          T best = std::numeric_limits<T>::lowest();
-          if constexpr (std::numeric_limits<T>::has_infinity) best = -std::numeric_limits<T>::infinity();
-          int64_t arg0 = -1, arg1 = -1, arg2 = -1;
+          T best = lowest;
+          int64_t arg = -1;
+          const int64_t* p2 = w2.pos.data() + w2.begin[o2];
+          const int64_t n2 = w2.count(o2);
           for (int64_t a = w0.begin[o0]; a < w0.begin[o0 + 1]; ++a)
             for (int64_t b = w1.begin[o1]; b < w1.begin[o1 + 1]; ++b) {
-              const T* row = xp + (w0.pos[a] * g.in[1] + w1.pos[b]) * g.in[2];
-              for (int64_t c = w2.begin[o2]; c < w2.begin[o2 + 1]; ++c) {
-                const T v = row[w2.pos[c]];
-                if (v > best || arg0 < 0) {
-                  best = v;
-                  arg0 = w0.pos[a];
-                  arg1 = w1.pos[b];
-                  arg2 = w2.pos[c];
+              const int64_t row = (w0.pos[a] * g.in[1] + w1.pos[b]) * g.in[2];
+              const T* xr = xp + row;
+              for (int64_t c = 0; c < n2; ++c) {
+                const T v = xr[p2[c]];
+                if constexpr (kIndices) {
+                  if (v > best || arg < 0) {
+                    best = v;
+                    arg = row + p2[c];
+                  }
+                } else {
+                  best = v > best ? v : best;
                 }
               }
             }
           const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
           yp[o] = best;
-          if (ip) ip[o] = arg0 < 0 ? -1 : pl * isz + plane_index(g, arg0, arg1, arg2, column_major);
+          if constexpr (kIndices) {
+            int64_t idx = arg;
+            if (column_major && arg >= 0) {
+              const int64_t q2 = arg % g.in[2], q1 = (arg / g.in[2]) % g.in[1], q0 = arg / (g.in[1] * g.in[2]);
+              idx = plane_index(g, q0, q1, q2, true);
+            }
+            indices[pl * osz + o] = arg < 0 ? -1 : pl * isz + idx;
+          }
         }
   }
+}
+
+template <class T>
+void max_pool_any(const PoolAttrs& attrs, const PoolGeometry& g, int64_t planes, const T* x, T* y,
+                  int64_t* indices, bool column_major) {
+  const size_t nsp = attrs.kernel.size();
+  const bool two_by_two = nsp == 2 && !indices && attrs.kernel == std::vector<int64_t>{2, 2} &&
+                          attrs.strides == std::vector<int64_t>{2, 2} &&
+                          attrs.dilations == std::vector<int64_t>{1, 1} &&
+                          g.out[1] * 2 <= g.in[1] && g.out[2] * 2 <= g.in[2] &&
+                          (attrs.auto_pad == "VALID" ||
+                           (attrs.auto_pad == "NOTSET" &&
+                            attrs.pads == std::vector<int64_t>{0, 0, 0, 0}));
+  if (two_by_two) max_pool_2x2(g, planes, x, y);
+  else if (indices) max_pool<T, true>(g, planes, x, y, indices, column_major);
+  else max_pool<T, false>(g, planes, x, y, nullptr, column_major);
 }
 
 template <class T>
@@ -192,10 +241,10 @@ class MaxPoolKernel : public OpKernel {
       ind = ctx.output(1, DType::kInt64, out).data<int64_t>();
     const int64_t planes = x.dim(0) * x.dim(1);
     switch (x.dtype()) {
-      case DType::kFloat32: max_pool(g, planes, x.data<float>(), y.data<float>(), ind, column_major_); break;
-      case DType::kFloat64: max_pool(g, planes, x.data<double>(), y.data<double>(), ind, column_major_); break;
-      case DType::kInt8: max_pool(g, planes, x.data<int8_t>(), y.data<int8_t>(), ind, column_major_); break;
-      case DType::kUInt8: max_pool(g, planes, x.data<uint8_t>(), y.data<uint8_t>(), ind, column_major_); break;
+      case DType::kFloat32: max_pool_any(attrs_, g, planes, x.data<float>(), y.data<float>(), ind, column_major_); break;
+      case DType::kFloat64: max_pool_any(attrs_, g, planes, x.data<double>(), y.data<double>(), ind, column_major_); break;
+      case DType::kInt8: max_pool_any(attrs_, g, planes, x.data<int8_t>(), y.data<int8_t>(), ind, column_major_); break;
+      case DType::kUInt8: max_pool_any(attrs_, g, planes, x.data<uint8_t>(), y.data<uint8_t>(), ind, column_major_); break;
       default: unsupported_dtype(info_, x.dtype());
     }
   }

@@ -1,0 +1,262 @@
+// ConvGrad(dY, X, W) -> dX, dW, dB for Conv with the forward's attributes (1-D to 3-D,
+// groups, strides, pads, dilations, auto_pad). float32 runs on oneDNN's backward-data and
+// backward-weights primitives, created once per shape with their layout reorders; dB is a
+// plain sum of dY. Only the outputs the graph reads are computed.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_util.h"
+
+namespace omt::cpu {
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+bool wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
+  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
+  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
+}
+
+// A primitive argument in the primitive's preferred layout, reordered from/to the plain
+// layout of the tensor that holds it when the two differ.
+struct Port {
+  dnnl::memory user, mem;
+  dnnl::reorder reorder;
+  bool needs_reorder = false;
+
+  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input) {
+    dnnl::engine& eng = dnnl_engine();
+    user = dnnl::memory(user_md, eng, nullptr);
+    needs_reorder = prim_md != user_md;
+    if (!needs_reorder) return;
+    mem = dnnl::memory(prim_md, eng);
+    reorder = input ? dnnl::reorder(user, mem) : dnnl::reorder(mem, user);
+  }
+  // Binds the tensor's buffer and returns the memory the primitive uses.
+  dnnl::memory& bind(const void* data) {
+    user.set_data_handle(const_cast<void*>(data));
+    return needs_reorder ? mem : user;
+  }
+  void pull(dnnl::stream& st) {
+    if (needs_reorder) reorder.execute(st, user, mem);
+  }
+  void push(dnnl::stream& st) {
+    if (needs_reorder) reorder.execute(st, mem, user);
+  }
+};
+
+struct ConvBackward {
+  bool has_data = false, has_weights = false;
+  dnnl::convolution_backward_data data;
+  dnnl::convolution_backward_weights weights;
+  Port data_dy, data_w, data_dx;  // backward data: diff_dst, weights -> diff_src
+  Port wei_dy, wei_x, wei_dw;     // backward weights: diff_dst, src -> diff_weights
+};
+
+class ConvGradKernel : public OpKernel {
+ public:
+  explicit ConvGradKernel(const KernelInfo& info) : info_(info) {
+    const AttributeMap& a = info.attr();
+    auto_pad_ = a.get_string("auto_pad", "NOTSET");
+    OMT_CHECK(auto_pad_ == "NOTSET" || auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER" ||
+                  auto_pad_ == "VALID",
+              kModel, info.where(), ": auto_pad '", auto_pad_,
+              "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    kernel_shape_ = a.get_ints("kernel_shape");
+    strides_ = a.get_ints("strides");
+    dilations_ = a.get_ints("dilations");
+    pads_ = a.get_ints("pads");
+    group_ = a.get_int("group", 1);
+    OMT_CHECK(group_ >= 1, kModel, info.where(), ": group must be >= 1, got ", group_);
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    const Tensor& w = ctx.in(2);
+    OMT_CHECK(x.rank() >= 3 && x.rank() <= 5 && w.rank() == x.rank() && dy.rank() == x.rank(),
+              kUnsupported, info_.where(), ": ConvGrad supports 1-D to 3-D convolutions, got X ",
+              x.describe(), ", W ", w.describe(), ", dY ", dy.describe());
+    OMT_CHECK(x.dtype() == w.dtype() && dy.dtype() == x.dtype(), kModel, info_.where(),
+              ": dY, X and W must share one dtype, got ", dy.describe(), ", ", x.describe(), ", ",
+              w.describe());
+    const int64_t m = w.dim(0);
+    OMT_CHECK(x.dim(1) == w.dim(1) * group_ && m % group_ == 0, kModel, info_.where(), ": X ",
+              shape_str(x.shape()), " and W ", shape_str(w.shape()), " do not match group ", group_);
+    const size_t nsp = static_cast<size_t>(x.rank() - 2);
+    std::vector<int64_t> s, d, pb, pe;
+    const Shape out = resolve(x.shape(), w.shape(), nsp, s, d, pb, pe);
+    OMT_CHECK(dy.shape() == out, kModel, info_.where(), ": dY is ", shape_str(dy.shape()),
+              " but the convolution's output is ", shape_str(out));
+
+    Tensor* dx = wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
+    Tensor* dw = wanted(info_, ctx, 1) ? &ctx.output(1, w.dtype(), w.shape()) : nullptr;
+    Tensor* db = wanted(info_, ctx, 2) ? &ctx.output(2, w.dtype(), {m}) : nullptr;
+    if (db) {
+      OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()),
+                         bias_grad<T>(dy.data<T>(), db->data<T>(), dy.dim(0), m,
+                                      dy.numel() / std::max<int64_t>(1, dy.dim(0) * m)));
+    }
+    if (!dx && !dw) return;
+    if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) {
+      if (dx) std::memset(dx->raw(), 0, dx->nbytes());
+      if (dw) std::memset(dw->raw(), 0, dw->nbytes());
+      return;
+    }
+    if (x.dtype() != DType::kFloat32) unsupported_dtype(info_, x.dtype());
+    std::vector<int64_t> key;
+    append_key(key, x.shape());
+    append_key(key, w.shape());
+    ConvBackward* e = cache_.find(key);
+    if (e == nullptr)
+      e = &cache_.insert(key, create(x.shape(), w.shape(), out, s, d, pb, pe, dx != nullptr, dw != nullptr));
+    run(*e, dy, x, w, dx, dw);
+  }
+
+ private:
+  // Output shape of the forward Conv, with its strides, dilations and pads per spatial dim.
+  Shape resolve(const Shape& x, const Shape& w, size_t nsp, std::vector<int64_t>& s,
+                std::vector<int64_t>& d, std::vector<int64_t>& pb, std::vector<int64_t>& pe) const {
+    const Shape ws(w.begin() + 2, w.end());
+    const std::vector<int64_t> k = kernel_shape_.empty() ? std::vector<int64_t>(ws) : kernel_shape_;
+    s = strides_.empty() ? std::vector<int64_t>(nsp, 1) : strides_;
+    d = dilations_.empty() ? std::vector<int64_t>(nsp, 1) : dilations_;
+    OMT_CHECK(k.size() == nsp && s.size() == nsp && d.size() == nsp && k == ws, kModel,
+              info_.where(), ": kernel_shape/strides/dilations must have one value per spatial dim (",
+              nsp, ") and kernel_shape must match W ", shape_str(w));
+    OMT_CHECK(pads_.empty() || pads_.size() == 2 * nsp, kModel, info_.where(), ": pads must have ",
+              2 * nsp, " values, got ", pads_.size());
+    pb.assign(nsp, 0);
+    pe.assign(nsp, 0);
+    Shape out = {x[0], w[0]};
+    for (size_t i = 0; i < nsp; ++i) {
+      OMT_CHECK(s[i] >= 1 && d[i] >= 1, kModel, info_.where(), ": strides and dilations must be >= 1");
+      const int64_t in = x[i + 2], ek = (k[i] - 1) * d[i] + 1;
+      int64_t o;
+      if (auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER") {
+        o = (in + s[i] - 1) / s[i];
+        const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + ek - in);
+        pb[i] = auto_pad_ == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe[i] = total - pb[i];
+      } else {
+        if (auto_pad_ == "NOTSET" && !pads_.empty()) {
+          pb[i] = pads_[i];
+          pe[i] = pads_[i + nsp];
+        }
+        o = floor_div(in + pb[i] + pe[i] - ek, s[i]) + 1;
+      }
+      OMT_CHECK(o >= 0, kModel, info_.where(), ": input ", shape_str(x),
+                " is smaller than the kernel with the given pads");
+      out.push_back(o);
+    }
+    return out;
+  }
+
+  template <class T>
+  static void bias_grad(const T* dy, T* db, int64_t n, int64_t m, int64_t inner) {
+    for (int64_t c = 0; c < m; ++c) {
+      double sum = 0.0;
+      for (int64_t b = 0; b < n; ++b) {
+        const T* p = dy + (b * m + c) * inner;
+        T part = T(0);
+        for (int64_t i = 0; i < inner; ++i) part += p[i];
+        sum += static_cast<double>(part);
+      }
+      db[c] = static_cast<T>(sum);
+    }
+  }
+
+  ConvBackward create(const Shape& x, const Shape& w, const Shape& out,
+                      const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                      const std::vector<int64_t>& pb, const std::vector<int64_t>& pe, bool want_dx,
+                      bool want_dw) const {
+    return dnnl_try(info_.where(), "convolution backward primitives", [&] {
+      using md = dnnl::memory::desc;
+      using tag = dnnl::memory::format_tag;
+      const auto f32 = dnnl::memory::data_type::f32;
+      Shape wshape = w;
+      if (group_ > 1) {
+        wshape[0] /= group_;
+        wshape.insert(wshape.begin(), group_);
+      }
+      const md user_x = dnnl_plain_md(x, DType::kFloat32);
+      const md user_w = dnnl_plain_md(wshape, DType::kFloat32);
+      const md user_y = dnnl_plain_md(out, DType::kFloat32);
+      const md any_x(dnnl_dims(x), f32, tag::any), any_w(dnnl_dims(wshape), f32, tag::any),
+          any_y(dnnl_dims(out), f32, tag::any);
+      dnnl::memory::dims dil;
+      for (int64_t v : d) dil.push_back(v - 1);
+      dnnl::engine& eng = dnnl_engine();
+      const dnnl::convolution_forward::primitive_desc hint(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                          dnnl::algorithm::convolution_direct, any_x, any_w, any_y,
+                                          s, dil, pb, pe),
+          eng);
+      ConvBackward e;
+      if (want_dx) {
+        const dnnl::convolution_backward_data::primitive_desc pd(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any_x,
+                                                  any_w, any_y, s, dil, pb, pe),
+            eng, hint);
+        e.data = dnnl::convolution_backward_data(pd);
+        e.data_dy.init(user_y, pd.diff_dst_desc(), true);
+        e.data_w.init(user_w, pd.weights_desc(), true);
+        e.data_dx.init(user_x, pd.diff_src_desc(), false);
+        e.has_data = true;
+      }
+      if (want_dw) {
+        const dnnl::convolution_backward_weights::primitive_desc pd(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_x,
+                                                     any_w, any_y, s, dil, pb, pe),
+            eng, hint);
+        e.weights = dnnl::convolution_backward_weights(pd);
+        e.wei_dy.init(user_y, pd.diff_dst_desc(), true);
+        e.wei_x.init(user_x, pd.src_desc(), true);
+        e.wei_dw.init(user_w, pd.diff_weights_desc(), false);
+        e.has_weights = true;
+      }
+      return e;
+    });
+  }
+
+  void run(ConvBackward& e, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx,
+           Tensor* dw) {
+    dnnl_set_num_threads(info_.num_threads);
+    dnnl::stream& st = dnnl_stream();
+    if (dx && e.has_data) {
+      dnnl::memory& ddst = e.data_dy.bind(dy.raw());
+      dnnl::memory& wei = e.data_w.bind(w.raw());
+      dnnl::memory& dsrc = e.data_dx.bind(dx->raw());
+      e.data_dy.pull(st);
+      e.data_w.pull(st);
+      e.data.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc}});
+      e.data_dx.push(st);
+    }
+    if (dw && e.has_weights) {
+      dnnl::memory& ddst = e.wei_dy.bind(dy.raw());
+      dnnl::memory& src = e.wei_x.bind(x.raw());
+      dnnl::memory& dwei = e.wei_dw.bind(dw->raw());
+      e.wei_dy.pull(st);
+      e.wei_x.pull(st);
+      e.weights.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, dwei}});
+      e.wei_dw.push(st);
+    }
+    st.wait();
+  }
+
+  KernelInfo info_;
+  std::string auto_pad_;
+  std::vector<int64_t> kernel_shape_, strides_, dilations_, pads_;
+  int64_t group_ = 1;
+  ShapeCache<ConvBackward> cache_;
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "ConvGrad", ConvGradKernel);
+
+}  // namespace omt::cpu

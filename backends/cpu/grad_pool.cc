@@ -1,0 +1,291 @@
+// Pooling backward kernels: MaxPoolGrad (each output's gradient goes to the first maximum
+// of its window, as PyTorch routes it), AveragePoolGrad (count_include_pad, ceil_mode),
+// GlobalAveragePoolGrad and GlobalMaxPoolGrad. Windows are resolved exactly as the forward
+// kernels in pool.cc resolve them (auto_pad, pads, strides, dilations, ceil_mode).
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace omt::cpu {
+namespace {
+
+// Valid input positions of each output position's window along one spatial dim.
+struct DimWindows {
+  std::vector<int64_t> begin;     // offset into `pos` of output o's positions
+  std::vector<int64_t> pos;       // valid input positions, grouped by output position
+  std::vector<int64_t> padded_n;  // window positions inside [-pad_begin, in + pad_end)
+};
+
+// Spatial dims padded to 3 (leading dims of size 1).
+struct PoolGeometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  DimWindows win[3];
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+};
+
+class PoolWindows {
+ public:
+  PoolWindows(const KernelInfo& info, bool has_dilations) : where_(info.where()) {
+    const AttributeMap& a = info.attr();
+    auto_pad_ = a.get_string("auto_pad", "NOTSET");
+    OMT_CHECK(auto_pad_ == "NOTSET" || auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER" ||
+                  auto_pad_ == "VALID",
+              kModel, where_, ": auto_pad '", auto_pad_, "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    kernel_ = a.get_ints("kernel_shape");
+    OMT_CHECK(!kernel_.empty() && kernel_.size() <= 3, kUnsupported, where_,
+              ": kernel_shape must list 1 to 3 spatial dims, got ", kernel_.size());
+    const size_t nsp = kernel_.size();
+    strides_ = a.get_ints("strides", std::vector<int64_t>(nsp, 1));
+    pads_ = a.get_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+    dilations_ = has_dilations ? a.get_ints("dilations", std::vector<int64_t>(nsp, 1))
+                               : std::vector<int64_t>(nsp, 1);
+    ceil_mode_ = a.get_int("ceil_mode", 0) != 0;
+    OMT_CHECK(strides_.size() == nsp && pads_.size() == 2 * nsp && dilations_.size() == nsp, kModel,
+              where_, ": strides/pads/dilations must have ", nsp, "/", 2 * nsp, "/", nsp, " values");
+    for (size_t i = 0; i < nsp; ++i)
+      OMT_CHECK(kernel_[i] >= 1 && strides_[i] >= 1 && dilations_[i] >= 1 && pads_[i] >= 0 &&
+                    pads_[i + nsp] >= 0,
+                kModel, where_, ": kernel_shape, strides and dilations must be >= 1 and pads >= 0");
+  }
+
+  // Geometry for input shape x; `out_shape` is the forward's output shape.
+  const PoolGeometry& geometry(const Shape& x, Shape& out_shape) {
+    const size_t nsp = kernel_.size();
+    OMT_CHECK(x.size() == nsp + 2, kModel, where_, ": input ", shape_str(x), " must have ", nsp + 2,
+              " dims for kernel_shape ", shape_str(kernel_));
+    out_shape = {x[0], x[1]};
+    const size_t off = 3 - nsp;
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x[i + 2], s = strides_[i], d = dilations_[i];
+      const int64_t ek = (kernel_[i] - 1) * d + 1;
+      int64_t pb = 0, pe = 0, o = 0;
+      if (auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER") {
+        o = (in + s - 1) / s;
+        const int64_t total = std::max<int64_t>(0, (o - 1) * s + ek - in);
+        pb = auto_pad_ == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else {
+        if (auto_pad_ == "NOTSET") {
+          pb = pads_[i];
+          pe = pads_[i + nsp];
+        }
+        const int64_t span = in + pb + pe - ek;
+        OMT_CHECK(span >= 0, kModel, where_, ": input ", shape_str(x),
+                  " is smaller than the pooling window ", shape_str(kernel_), " plus pads");
+        o = (ceil_mode_ ? (span + s - 1) / s : span / s) + 1;
+      }
+      out_shape.push_back(o);
+      geom_.in[off + i] = in;
+      geom_.out[off + i] = o;
+      DimWindows& w = geom_.win[off + i];
+      w.begin.assign(1, 0);
+      w.pos.clear();
+      w.padded_n.clear();
+      for (int64_t oi = 0; oi < o; ++oi) {
+        int64_t padded = 0;
+        for (int64_t kk = 0; kk < kernel_[i]; ++kk) {
+          const int64_t p = oi * s - pb + kk * d;
+          if (p >= -pb && p < in + pe) ++padded;
+          if (p >= 0 && p < in) w.pos.push_back(p);
+        }
+        w.begin.push_back(static_cast<int64_t>(w.pos.size()));
+        w.padded_n.push_back(padded);
+      }
+    }
+    for (size_t i = 0; i < off; ++i) {
+      geom_.in[i] = geom_.out[i] = 1;
+      geom_.win[i].begin = {0, 1};
+      geom_.win[i].pos = {0};
+      geom_.win[i].padded_n = {1};
+    }
+    return geom_;
+  }
+
+ private:
+  std::string where_, auto_pad_;
+  std::vector<int64_t> kernel_, strides_, pads_, dilations_;
+  bool ceil_mode_ = false;
+  PoolGeometry geom_;  // reused across calls (no per-call allocation once warm)
+};
+
+// dX[argmax of window o] += dY[o]; the argmax is the first maximum (a NaN wins), as in
+// PyTorch's CPU max pooling.
+template <class T>
+void max_pool_grad(const PoolGeometry& g, int64_t planes, const T* x, const T* dy, T* dx) {
+  const int64_t isz = g.in_size(), osz = g.out_size();
+  const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
+  std::memset(dx, 0, sizeof(T) * planes * isz);
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * isz;
+    const T* gp = dy + pl * osz;
+    T* dp = dx + pl * isz;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t arg = -1;
+          for (int64_t a = w0.begin[o0]; a < w0.begin[o0 + 1]; ++a)
+            for (int64_t b = w1.begin[o1]; b < w1.begin[o1 + 1]; ++b) {
+              const int64_t row = (w0.pos[a] * g.in[1] + w1.pos[b]) * g.in[2];
+              for (int64_t c = w2.begin[o2]; c < w2.begin[o2 + 1]; ++c) {
+                const T v = xp[row + w2.pos[c]];
+                if (arg < 0 || v > best || std::isnan(v)) {
+                  best = v;
+                  arg = row + w2.pos[c];
+                }
+              }
+            }
+          if (arg >= 0) dp[arg] += gp[(o0 * g.out[1] + o1) * g.out[2] + o2];
+        }
+  }
+}
+
+// dX[p] += dY[o] / n(o) for every input position p of window o.
+template <class T>
+void avg_pool_grad(const PoolGeometry& g, int64_t planes, const T* dy, T* dx, bool count_include_pad) {
+  const int64_t isz = g.in_size(), osz = g.out_size();
+  const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
+  std::memset(dx, 0, sizeof(T) * planes * isz);
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* gp = dy + pl * osz;
+    T* dp = dx + pl * isz;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+          const int64_t n =
+              count_include_pad
+                  ? w0.padded_n[o0] * w1.padded_n[o1] * w2.padded_n[o2]
+                  : (w0.begin[o0 + 1] - w0.begin[o0]) * (w1.begin[o1 + 1] - w1.begin[o1]) *
+                        (w2.begin[o2 + 1] - w2.begin[o2]);
+          if (n == 0) continue;
+          const T v = gp[(o0 * g.out[1] + o1) * g.out[2] + o2] / static_cast<T>(n);
+          for (int64_t a = w0.begin[o0]; a < w0.begin[o0 + 1]; ++a)
+            for (int64_t b = w1.begin[o1]; b < w1.begin[o1 + 1]; ++b) {
+              T* row = dp + (w0.pos[a] * g.in[1] + w1.pos[b]) * g.in[2];
+              for (int64_t c = w2.begin[o2]; c < w2.begin[o2 + 1]; ++c) row[w2.pos[c]] += v;
+            }
+        }
+  }
+}
+
+void check_dy(const KernelInfo& info, const Tensor& dy, const Shape& out) {
+  OMT_CHECK(dy.shape() == out, kModel, info.where(), ": dY is ", dy.describe(),
+            " but the pooling output is ", shape_str(out));
+}
+
+// MaxPoolGrad(dY, X) -> dX.
+class MaxPoolGradKernel : public OpKernel {
+ public:
+  explicit MaxPoolGradKernel(const KernelInfo& info) : info_(info), windows_(info, true) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    Shape out;
+    const PoolGeometry& g = windows_.geometry(x.shape(), out);
+    check_dy(info_, dy, out);
+    OMT_CHECK(dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ", dy.describe(), " and X ",
+              x.describe(), " differ in dtype");
+    Tensor& dx = ctx.output(0, x.dtype(), x.shape());
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()),
+                       max_pool_grad<T>(g, x.dim(0) * x.dim(1), x.data<T>(), dy.data<T>(), dx.data<T>()));
+  }
+
+ private:
+  KernelInfo info_;
+  PoolWindows windows_;
+};
+
+// AveragePoolGrad(dY, shape of X) -> dX.
+class AveragePoolGradKernel : public OpKernel {
+ public:
+  explicit AveragePoolGradKernel(const KernelInfo& info)
+      : info_(info),
+        windows_(info, false),
+        count_include_pad_(info.attr().get_int("count_include_pad", 0) != 0) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Shape xs = ctx.in(1).to_int64_vector();
+    Shape out;
+    const PoolGeometry& g = windows_.geometry(xs, out);
+    check_dy(info_, dy, out);
+    Tensor& dx = ctx.output(0, dy.dtype(), xs);
+    OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()),
+                       avg_pool_grad<T>(g, xs[0] * xs[1], dy.data<T>(), dx.data<T>(), count_include_pad_));
+  }
+
+ private:
+  KernelInfo info_;
+  PoolWindows windows_;
+  bool count_include_pad_;
+};
+
+// GlobalAveragePoolGrad(dY, shape of X) -> dX = dY / (spatial size), broadcast.
+class GlobalAveragePoolGradKernel : public OpKernel {
+ public:
+  explicit GlobalAveragePoolGradKernel(const KernelInfo& info) : info_(info) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Shape xs = ctx.in(1).to_int64_vector();
+    OMT_CHECK(xs.size() >= 2 && dy.numel() == xs[0] * xs[1], kModel, info_.where(), ": dY ",
+              dy.describe(), " does not match the input ", shape_str(xs));
+    Tensor& dx = ctx.output(0, dy.dtype(), xs);
+    const int64_t planes = xs[0] * xs[1], size = planes > 0 ? shape_numel(xs) / planes : 0;
+    OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()), {
+      const T* g = dy.data<T>();
+      T* r = dx.data<T>();
+      for (int64_t p = 0; p < planes; ++p) {
+        const T v = g[p] / static_cast<T>(size);
+        for (int64_t i = 0; i < size; ++i) r[p * size + i] = v;
+      }
+    });
+  }
+
+ private:
+  KernelInfo info_;
+};
+
+// GlobalMaxPoolGrad(dY, X) -> dX: each plane's gradient goes to its first maximum.
+class GlobalMaxPoolGradKernel : public OpKernel {
+ public:
+  explicit GlobalMaxPoolGradKernel(const KernelInfo& info) : info_(info) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    OMT_CHECK(x.rank() >= 2 && dy.numel() == x.dim(0) * x.dim(1) && dy.dtype() == x.dtype(),
+              kModel, info_.where(), ": dY ", dy.describe(), " does not match X ", x.describe());
+    Tensor& dx = ctx.output(0, x.dtype(), x.shape());
+    const int64_t planes = x.dim(0) * x.dim(1), size = planes > 0 ? x.numel() / planes : 0;
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), {
+      const T* px = x.data<T>();
+      const T* g = dy.data<T>();
+      T* r = dx.data<T>();
+      std::memset(r, 0, dx.nbytes());
+      for (int64_t p = 0; p < planes; ++p) {
+        const T* xp = px + p * size;
+        int64_t arg = 0;
+        for (int64_t i = 1; i < size; ++i)
+          if (xp[i] > xp[arg] || std::isnan(xp[i])) arg = i;
+        if (size > 0) r[p * size + arg] = g[p];
+      }
+    });
+  }
+
+ private:
+  KernelInfo info_;
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "MaxPoolGrad", MaxPoolGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "AveragePoolGrad", AveragePoolGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "GlobalAveragePoolGrad", GlobalAveragePoolGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "GlobalMaxPoolGrad", GlobalMaxPoolGradKernel);
+
+}  // namespace omt::cpu

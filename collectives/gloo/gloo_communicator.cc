@@ -1,0 +1,559 @@
+// GlooCommunicator: rendezvous, the worker thread, the reductions for each dtype, and the
+// diagnosis that turns a Gloo exception into an error naming the missing peer.
+#include "collectives/gloo/gloo_communicator.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "collectives/async_work.h"
+#include "collectives/rendezvous/store.h"
+#include "common/error.h"
+
+namespace omt {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out += (i == 0 ? "" : (i + 1 == ranks.size() ? " and " : ", ")) + std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+// Note [SIGPIPE]: Gloo writes to sockets with writev(), which raises SIGPIPE when the
+// peer has died; the default action would kill this process before Gloo can report the
+// error. Ignore it, unless the application installed its own handler.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
+// Gloo's view of our Store, under a key prefix, with our bounded waits.
+class GlooStoreView final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreView(omt::Store& store, std::string prefix, milliseconds timeout)
+      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    return store_.wait_get(prefix_ + key, timeout_);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    // Gloo's "no timeout" is zero; ours is always bounded.
+    milliseconds bound = timeout.count() > 0 ? std::min(timeout, timeout_) : timeout_;
+    OMT_CHECK(store_.wait(full, bound), kCommunication, "store ", store_.describe(),
+              ": keys under '", prefix_, "' did not appear within ", bound.count(), " ms");
+  }
+
+ private:
+  omt::Store& store_;
+  const std::string prefix_;
+  const milliseconds timeout_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Reductions. Gloo calls fn(out, a, b, n) with out possibly equal to a.
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+struct Sum {
+  template <class T> T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  template <class T> T operator()(T a, T b) const { return a < b ? b : a; }
+};
+struct Min {
+  template <class T> T operator()(T a, T b) const { return b < a ? b : a; }
+};
+
+template <class T, class F>
+void reduce_native(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  F f;
+  for (size_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+}
+
+// float16 and bfloat16: widen to float, reduce, round to nearest even. Every rank gets
+// the same bits because Gloo's ring reduces each chunk once and then copies it.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), class F>
+void reduce_16bit(void* out, const void* a, const void* b, size_t n) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  F f;
+  for (size_t i = 0; i < n; ++i) o[i] = Narrow(f(Widen(x[i]), Widen(y[i])));
+}
+
+template <class F>
+ReduceFn reduce_fn_for(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return &reduce_native<float, F>;
+    case DType::kFloat64: return &reduce_native<double, F>;
+    case DType::kInt64: return &reduce_native<int64_t, F>;
+    case DType::kFloat16: return &reduce_16bit<half_to_float, float_to_half, F>;
+    case DType::kBFloat16: return &reduce_16bit<bfloat16_to_float, float_to_bfloat16, F>;
+    default: break;
+  }
+  OMT_ASSERT(false, "no reduction for dtype ", dtype_name(dtype));
+}
+
+ReduceFn reduce_fn(DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return reduce_fn_for<Sum>(dtype);
+    case ReduceOp::kMax: return reduce_fn_for<Max>(dtype);
+    case ReduceOp::kMin: return reduce_fn_for<Min>(dtype);
+  }
+  OMT_ASSERT(false, "unknown reduce op");
+}
+
+// kAvg = sum, then this. Integers truncate toward zero.
+void divide_in_place(void* buf, size_t count, DType dtype, int n) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      float* p = static_cast<float*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+      return;
+    }
+    case DType::kFloat64: {
+      double* p = static_cast<double*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<double>(n);
+      return;
+    }
+    case DType::kInt64: {
+      int64_t* p = static_cast<int64_t*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= n;
+      return;
+    }
+    case DType::kFloat16: {
+      uint16_t* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) / n);
+      return;
+    }
+    case DType::kBFloat16: {
+      uint16_t* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < count; ++i) {
+        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / static_cast<float>(n));
+      }
+      return;
+    }
+    default: break;
+  }
+  OMT_ASSERT(false, "no division for dtype ", dtype_name(dtype));
+}
+
+template <class T>
+void gloo_allreduce(const std::shared_ptr<gloo::Context>& context, void* buf, size_t count,
+                    ReduceFn fn, uint32_t tag, milliseconds timeout) {
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(static_cast<T*>(buf), count);
+  opts.setReduceFunction(fn);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
+    : rank_(config.rank),
+      size_(config.world_size),
+      prefix_(config.prefix + "/gloo/"),
+      timeout_(config.timeout),
+      grace_(std::clamp<milliseconds>(config.timeout / 10, milliseconds(100),
+                                      milliseconds(3000))) {
+  OMT_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_, kInvalidArgument,
+            "gloo communicator: rank ", rank_, " is not in [0, ", size_, ").");
+  OMT_CHECK(timeout_ >= milliseconds(500), kInvalidArgument, "gloo communicator: timeout ",
+            timeout_.count(), " ms is too short; use at least 500 ms (OMT_TIMEOUT_S).");
+  ignore_sigpipe();
+  const auto start = Clock::now();
+  const auto deadline = start + timeout_;
+  auto left = [&] {
+    return std::max(milliseconds(1),
+                    std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+  };
+
+  store_ = open_config_store(config);
+
+  // 1. Join: every rank announces itself, so a missing one can be named.
+  std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name();
+  store_->set(key("join/" + std::to_string(rank_)), std::vector<char>(me.begin(), me.end()));
+  std::vector<std::string> joins;
+  for (int r = 0; r < size_; ++r) joins.push_back(key("join/" + std::to_string(r)));
+  if (!store_->wait(joins, left())) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!store_->check({joins[r]})) missing.push_back(r);
+    }
+    OMT_FAIL(kCommunication, "gloo rendezvous timed out after ", seconds_since(start),
+             " s on rank ", rank_, " of ", size_, " (store ", store_->describe(), ", prefix '",
+             config.prefix, "'): rank", missing.size() == 1 ? " " : "s ", rank_list(missing),
+             " never joined. Start every rank with the same store and world size (",
+             config.source, "), or raise OMT_TIMEOUT_S.");
+  }
+  peer_info_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    std::vector<char> info = store_->get(joins[r]);
+    peer_info_[r].assign(info.begin(), info.end());
+  }
+  if (size_ > 1) {
+    // 2. Full mesh twice: one context for collectives, one that never carries data and
+    //    so stays connected to every live peer (Note [Naming the missing peer]).
+    const std::string where = config.interface.empty() ? "address " + config.bind_address
+                                                       : "interface " + config.interface;
+    try {
+      gloo::transport::tcp::attr attr;
+      if (config.interface.empty()) {
+        attr.hostname = config.bind_address;
+      } else {
+        attr.iface = config.interface;
+      }
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      OMT_FAIL(kCommunication, "gloo cannot listen on ", where, " (rank ", rank_, "): ",
+               e.what(), ". Set OMT_BIND_ADDRESS to an address of this host, or OMT_IFACE.");
+    }
+    try {
+      auto connect = [&](const std::string& name) {
+        auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+        // A pair waits up to 5x the context timeout for its peer to connect.
+        context->setTimeout(std::max(milliseconds(200), left() / 5));
+        GlooStoreView view(*store_, prefix_ + name + "/", left());
+        context->connectFullMesh(view, device_);
+        context->setTimeout(timeout_ - grace_);
+        return context;
+      };
+      context_ = connect("main");
+      health_ = connect("health");
+    } catch (const std::exception& e) {
+      OMT_FAIL(kCommunication, "gloo connect failed on rank ", rank_, " of ", size_, " after ",
+               seconds_since(start), " s (listening on ", where, "): ", e.what(),
+               ". If ranks run on several hosts, set OMT_BIND_ADDRESS (or OMT_IFACE) so "
+               "peers can reach this one; check firewalls.");
+    }
+    probe_bytes_.resize(8);
+    probe_buffer_ = health_->createUnboundBuffer(probe_bytes_.data(), probe_bytes_.size());
+    probe_slot_ = uint64_t{1} << 40;
+  }
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::string GlooCommunicator::key(const std::string& what) const { return prefix_ + what; }
+
+std::string GlooCommunicator::peer_name(int peer) const {
+  return "rank " + std::to_string(peer) + " (" + peer_info_[peer] + ")";
+}
+
+std::string GlooCommunicator::describe(const Op& op) const {
+  std::string what;
+  const size_t bytes = op.count * dtype_size(op.dtype);
+  switch (op.kind) {
+    case Kind::kAllreduce:
+      what = std::string("allreduce(") + reduce_op_name(op.reduce) + ")";
+      break;
+    case Kind::kBroadcast:
+      what = "broadcast(root " + std::to_string(op.root) + ")";
+      break;
+    case Kind::kAllgather:
+      what = "allgather";
+      break;
+    case Kind::kBarrier:
+      what = "barrier";
+      break;
+  }
+  if (op.kind != Kind::kBarrier) {
+    what += " of " + std::to_string(op.count) + " x " + dtype_name(op.dtype) + " (" +
+            format_bytes(bytes) + (op.kind == Kind::kAllgather ? " per rank" : "") + ")";
+  }
+  return "gloo " + what + ", op #" + std::to_string(op.seq) + " on rank " +
+         std::to_string(rank_) + " of " + std::to_string(size_);
+}
+
+std::shared_ptr<Work> GlooCommunicator::allreduce(void* buf, size_t count, DType dtype,
+                                                  ReduceOp op) {
+  check_args("allreduce", buf, count, dtype);
+  return enqueue(Op{Kind::kAllreduce, buf, nullptr, count, dtype, op, 0, 0, nullptr});
+}
+
+std::shared_ptr<Work> GlooCommunicator::broadcast(void* buf, size_t count, DType dtype,
+                                                  int root) {
+  check_args("broadcast", buf, count, dtype);
+  OMT_CHECK(root >= 0 && root < size_, kInvalidArgument, "broadcast on rank ", rank_,
+            ": root ", root, " is not a rank of this communicator (size ", size_, ").");
+  return enqueue(Op{Kind::kBroadcast, buf, nullptr, count, dtype, ReduceOp::kSum, root, 0,
+                    nullptr});
+}
+
+std::shared_ptr<Work> GlooCommunicator::allgather(const void* send, void* recv, size_t count,
+                                                  DType dtype) {
+  check_args("allgather", send, count, dtype);
+  check_args("allgather", recv, count, dtype);
+  const size_t bytes = count * dtype_size(dtype);
+  const char* s = static_cast<const char*>(send);
+  const char* r = static_cast<const char*>(recv);
+  OMT_CHECK(count == 0 || s + bytes <= r || r + bytes * size_ <= s, kInvalidArgument,
+            "allgather on rank ", rank_, ": send and recv buffers overlap.");
+  return enqueue(Op{Kind::kAllgather, recv, send, count, dtype, ReduceOp::kSum, 0, 0, nullptr});
+}
+
+std::shared_ptr<Work> GlooCommunicator::barrier() {
+  return enqueue(
+      Op{Kind::kBarrier, nullptr, nullptr, 0, DType::kFloat32, ReduceOp::kSum, 0, 0, nullptr});
+}
+
+std::shared_ptr<Work> GlooCommunicator::enqueue(Op op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  op.seq = next_seq_++;
+  op.work = std::make_shared<AsyncWork>(describe(op), [this] {
+    std::string lost = describe_lost_peers();
+    return lost.empty() ? std::string("All peers' connections are open.") : lost;
+  });
+  queue_.push_back(op);
+  cv_.notify_all();
+  return op.work;
+}
+
+void GlooCommunicator::worker_loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything issued has run
+      op = queue_.front();
+      queue_.pop_front();
+    }
+    if (!broken_.empty()) {
+      op.work->complete(std::make_exception_ptr(Error(
+          ErrorKind::kCommunication,
+          describe(op) + " not run: this communicator failed earlier. " + broken_)));
+      continue;
+    }
+    const auto started = Clock::now();
+    try {
+      execute(op);
+      op.work->complete(nullptr);
+    } catch (const std::exception& e) {
+      broken_ = diagnose(op, e.what(), started);
+      op.work->complete(std::make_exception_ptr(Error(ErrorKind::kCommunication, broken_)));
+    }
+  }
+}
+
+void GlooCommunicator::execute(const Op& op) {
+  // Zero elements or one rank: nothing to exchange.
+  if (op.kind != Kind::kBarrier && op.count == 0) return;
+  const size_t bytes = op.count * dtype_size(op.dtype);
+  if (size_ == 1) {
+    if (op.kind == Kind::kAllgather) std::memcpy(op.buf, op.send, bytes);
+    return;
+  }
+  const uint32_t tag = static_cast<uint32_t>(op.seq);
+  const milliseconds timeout = timeout_ - grace_;
+  switch (op.kind) {
+    case Kind::kAllreduce: {
+      ReduceFn fn = reduce_fn(op.dtype, op.reduce);
+      switch (dtype_size(op.dtype)) {
+        case 2: gloo_allreduce<uint16_t>(context_, op.buf, op.count, fn, tag, timeout); break;
+        case 4: gloo_allreduce<float>(context_, op.buf, op.count, fn, tag, timeout); break;
+        case 8: gloo_allreduce<uint64_t>(context_, op.buf, op.count, fn, tag, timeout); break;
+        default: OMT_ASSERT(false, "unexpected element size");
+      }
+      if (op.reduce == ReduceOp::kAvg) divide_in_place(op.buf, op.count, op.dtype, size_);
+      return;
+    }
+    case Kind::kBroadcast: {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(static_cast<char*>(op.buf), bytes);
+      opts.setRoot(op.root);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::broadcast(opts);
+      return;
+    }
+    case Kind::kAllgather: {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(const_cast<char*>(static_cast<const char*>(op.send)), bytes);
+      opts.setOutput(static_cast<char*>(op.buf), bytes * size_);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::allgather(opts);
+      return;
+    }
+    case Kind::kBarrier: {
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::barrier(opts);
+      return;
+    }
+  }
+}
+
+// Note [Naming the missing peer]
+// Gloo's exceptions name a socket address or only say "timed out", never a rank. After
+// a failure this rank (1) closes its data connections, so peers blocked on it fail now
+// instead of at their own timeout and the failure sweeps the whole world in milliseconds;
+// (2) writes "failed/<rank>" to the store (a roll call); (3) for up to grace_ classifies
+// every peer: "reported" (it wrote its roll-call key: alive, saw the failure too), "lost"
+// (its connection in the health context, which never carries data, is closed: the process
+// died or destroyed its communicator), or, when grace_ passes, "silent" (connected but
+// not reporting: stopped, hung, or busy outside collectives). Each collective gets
+// timeout - grace_ so the error, with names, still arrives within the timeout.
+bool GlooCommunicator::peer_lost(int peer, std::string* why) {
+  std::lock_guard<std::mutex> lock(probe_mu_);
+  try {
+    // A zero-byte receive on a fresh slot: it throws at once when the pair has failed, and
+    // otherwise only leaves an unmatched notification on a connection that carries nothing.
+    health_->getPair(peer)->recv(probe_buffer_.get(), probe_slot_++, 0, 0);
+    return false;
+  } catch (const std::exception& e) {
+    if (why != nullptr) *why = e.what();
+    return true;
+  }
+}
+
+std::string GlooCommunicator::describe_lost_peers() {
+  if (size_ == 1) return "";
+  std::vector<std::string> lost;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && peer_lost(peer, nullptr)) lost.push_back(peer_name(peer));
+  }
+  std::string out;
+  for (const auto& name : lost) out += (out.empty() ? "" : ", ") + name;
+  if (!out.empty()) out += lost.size() == 1 ? " lost its connection." : " lost their connections.";
+  return out;
+}
+
+std::string GlooCommunicator::diagnose(const Op& op, const std::string& cause,
+                                       Clock::time_point started) {
+  const double elapsed = seconds_since(started);
+  if (context_) {
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // Already closed; nothing to propagate.
+    }
+  }
+  std::string first_line = cause.substr(0, cause.find('\n'));
+  try {
+    store_->set(key("failed/" + std::to_string(rank_)),
+                std::vector<char>(first_line.begin(), first_line.end()));
+  } catch (const std::exception&) {
+    // The store is gone too; classify with the connections alone.
+  }
+
+  enum class State { kUnknown, kReported, kLost };
+  std::vector<State> state(size_, State::kUnknown);
+  std::vector<std::string> why(size_);
+  state[rank_] = State::kReported;
+  const auto until = Clock::now() + grace_;
+  for (;;) {
+    bool unknown = false;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (state[peer] != State::kUnknown) continue;
+      bool reported = false;
+      try {
+        reported = store_->check({key("failed/" + std::to_string(peer))});
+      } catch (const std::exception&) {
+      }
+      if (reported) {
+        state[peer] = State::kReported;
+      } else if (peer_lost(peer, &why[peer])) {
+        state[peer] = State::kLost;
+      } else {
+        unknown = true;
+      }
+    }
+    if (!unknown || Clock::now() >= until) break;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+
+  std::vector<int> lost, silent, reported;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (state[peer] == State::kLost) lost.push_back(peer);
+    if (state[peer] == State::kUnknown) silent.push_back(peer);
+    if (state[peer] == State::kReported) reported.push_back(peer);
+  }
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.2f", elapsed);
+  std::string msg = describe(op) + " failed after " + secs + " s.";
+  for (int peer : lost) {
+    msg += " " + peer_name(peer) +
+           " lost its connection: the process died or closed its communicator.";
+  }
+  for (int peer : silent) {
+    char g[32];
+    std::snprintf(g, sizeof(g), "%.1f", std::chrono::duration<double>(grace_).count());
+    msg += " " + peer_name(peer) + " did not answer: still connected but silent for " + g +
+           " s after the failure (stopped, hung, or busy outside collectives).";
+  }
+  if (lost.empty() && silent.empty()) {
+    msg += " Every peer is alive and saw the failure too; the ranks probably issued "
+           "different collectives (kind, count, dtype or root), or the network failed.";
+  } else if (!reported.empty()) {
+    msg += std::string(" Rank") + (reported.size() == 1 ? " " : "s ") + rank_list(reported) +
+           (reported.size() == 1 ? " is" : " are") + " alive and saw the failure too.";
+  }
+  msg += " Gloo said on rank " + std::to_string(rank_) + ": " + first_line + ".";
+  std::vector<int> suspects = lost;
+  suspects.insert(suspects.end(), silent.begin(), silent.end());
+  std::sort(suspects.begin(), suspects.end());
+  if (!suspects.empty()) {
+    msg += std::string(" Check the log of rank") + (suspects.size() == 1 ? " " : "s ") +
+           rank_list(suspects) + ".";
+  }
+  msg += " This communicator is now unusable: restart the job (from its last checkpoint).";
+  return msg;
+}
+
+}  // namespace omt

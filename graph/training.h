@@ -1,0 +1,85 @@
+// The training-graph builder: from an inference model, a graph that runs one training step
+// (forward in training mode, loss, backward, and optionally the optimizer update) with the
+// parameters and optimizer/normalisation state as explicit inputs and outputs, so the
+// runtime feeds the current state and takes the new one back each step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/autodiff.h"
+#include "graph/ir.h"
+
+namespace omt {
+
+enum class LossKind { kSoftmaxCrossEntropy, kNll, kMse, kBceWithLogits, kModel };
+LossKind parse_loss_kind(const std::string& name);  // kInvalidArgument listing the choices
+const char* loss_kind_name(LossKind kind);
+
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+OptimizerKind parse_optimizer_kind(const std::string& name);
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+};
+
+struct TrainingSpec {
+  LossKind loss = LossKind::kSoftmaxCrossEntropy;
+  std::string output;             // model output the loss reads; "" = the first output
+  std::string labels = "labels";  // name of the labels input of the training graph
+  std::string train_regex;        // parameters to train ("" = every float initializer)
+  std::string freeze_regex;       // parameters to keep fixed
+  bool with_optimizer = true;     // false: the graph stops at the gradients
+  OptimizerSpec optimizer;
+};
+
+// Names in the training graph. Each step the runtime feeds data_inputs, labels, lr, step,
+// loss_scale and every parameter and state, and reads loss, grads (when without optimizer),
+// and the updated parameters and states.
+struct TrainingGraph {
+  Model model;
+  std::vector<std::string> data_inputs;  // the inference model's inputs
+  std::string labels;                    // "" for LossKind::kModel
+  std::string lr = "omt/lr";             // float scalar
+  std::string step = "omt/step";         // int64 scalar, 1 on the first update
+  std::string loss_scale = "omt/loss_scale";  // float scalar, d(loss) seed (1 for one replica)
+  std::string loss;                      // float scalar output
+
+  struct Param {
+    std::string name;     // initializer name in the inference model
+    std::string grad;     // value holding its gradient
+    std::string updated;  // output holding the new value ("" without optimizer)
+    int ready_node = -1;  // node that finishes the gradient
+  };
+  std::vector<Param> params;  // in the order their gradients become ready in backward
+
+  struct State {
+    std::string name;     // graph input
+    std::string updated;  // graph output
+    std::string param;    // the parameter it belongs to, or the BatchNorm node
+    std::string kind;     // "momentum", "exp_avg", "exp_avg_sq", "running_mean", "running_var"
+    Tensor initial;       // value before the first step
+  };
+  std::vector<State> states;
+  int first_backward_node = 0;
+  int first_update_node = 0;  // == nodes.size() without optimizer
+  std::vector<std::string> frozen;       // float initializers kept fixed
+  std::vector<std::string> unreachable;  // selected parameters no gradient reaches
+};
+
+// Builds the training graph. Errors: kInvalidArgument (unknown output, labels name clashing
+// with a model input, a regex that selects nothing, a non-scalar model loss), kUnsupported
+// (ops without gradient rules on the path, listed all at once).
+TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec);
+
+// Trainable parameter names the spec selects (float initializers with rank >= 1 that are not
+// BatchNormalization statistics), before reachability is known.
+std::vector<std::string> select_parameters(const Graph& graph, const TrainingSpec& spec,
+                                           std::vector<std::string>* frozen = nullptr);
+
+}  // namespace omt
