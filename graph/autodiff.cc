@@ -182,15 +182,16 @@ class Backward : public GradientBuilder {
 
   // Engine
   void process(const Node& n) {
-    node_ = &n;
-    prefix_ = n.name + "_grad";
-    out_grads_.clear();
+    std::vector<std::string> grads;
     bool any = false;
     for (const auto& o : n.outputs) {
-      out_grads_.push_back(o.empty() ? std::string() : total_grad(o));
-      any |= !out_grads_.back().empty();
+      grads.push_back(o.empty() ? std::string() : total_grad(o));  // may emit a Sum
+      any |= !grads.back().empty();
     }
     if (!any) return;
+    node_ = &n;
+    prefix_ = n.name + "_grad";
+    out_grads_ = std::move(grads);
     const GradientRule* rule = GradientRegistry::instance().find(n.domain, n.op_type);
     if (rule) (*rule)(*this);
   }
@@ -289,7 +290,9 @@ BackwardResult append_backward(Graph& graph, const BackwardSpec& spec) {
     one.op_type = "Constant";
     one.name = b.fresh(spec.loss + "_grad/seed");
     one.outputs = {b.fresh(spec.loss + "_grad")};
-    one.attrs.set("value", Tensor::scalar<float>(1.0f));
+    const ValueInfo* loss_info = graph.find_value(spec.loss);
+    if (loss_info && loss_info->dtype == DType::kFloat64) one.attrs.set("value", Tensor::scalar<double>(1.0));
+    else one.attrs.set("value", Tensor::scalar<float>(1.0f));
     graph.nodes.push_back(one);
     seed = one.outputs[0];
   }

@@ -10,6 +10,7 @@ namespace omt::tools {
 
 void register_inspect(CLI::App& app);
 void register_predict(CLI::App& app);
+void register_train(CLI::App& app);  // grad, train, export-training-graph
 
 // Sets the action of a subcommand (the callback returns the process exit code).
 void set_action(CLI::App* sub, std::function<int()> action);

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   omt::tools::register_inspect(app);
   omt::tools::register_predict(app);
+  omt::tools::register_train(app);
   omt::register_bench_collectives(app);
   try {
     app.parse(argc, argv);

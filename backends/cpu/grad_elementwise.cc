@@ -1,6 +1,6 @@
 // Backward CPU kernels of elementwise, broadcasting and reduction ops (com.onnx-mirror):
 // SumToShape and TileGrad (sum a gradient over broadcast or tiled copies), activation grads,
-// PowGrad, ExtremumGrad (variadic Max/Min) and Reduce{Sum,Mean,Max,Min}Grad (broadcast back).
+// PowGrad, ExtremumGrad (variadic Max/Min) and Reduce{Sum,Mean,Max,Min,Prod}Grad.
 // Invariant: every output is a gradient of float32/float64 dtype, written in full.
 #include <algorithm>
 #include <cmath>
@@ -77,6 +77,12 @@ void require_float(const KernelInfo& info, const Tensor& t) {
 void require_same_dtype(const KernelInfo& info, const Tensor& a, const Tensor& b, const char* what) {
   OMT_CHECK(a.dtype() == b.dtype(), kModel, info.where(), ": ", what, " is ", b.describe(),
             ", expected dtype ", dtype_name(a.dtype()), " like the gradient ", a.describe());
+}
+
+// Whether output i is read by anything (KernelInfo knows; the context only knows it is named).
+bool output_wanted(const KernelInfo& info, KernelContext& ctx, int i) {
+  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
+  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
 }
 
 // ---- SumToShape(grad, like) -> grad summed over the dimensions broadcast to reach its shape ----
@@ -211,7 +217,7 @@ class ActivationGradKernel final : public OpKernel {
  public:
   enum class Kind {
     kLeakyRelu, kElu, kSelu, kCelu, kHardSigmoid, kHardSwish, kSoftplus, kSoftsign, kErf,
-    kThresholdedRelu, kSin, kCos, kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh
+    kThresholdedRelu, kShrink, kSin, kCos, kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh
   };
 
   explicit ActivationGradKernel(const KernelInfo& info) : info_(info) {
@@ -221,7 +227,7 @@ class ActivationGradKernel final : public OpKernel {
         {"LeakyRelu", Kind::kLeakyRelu}, {"Elu", Kind::kElu}, {"Selu", Kind::kSelu},
         {"Celu", Kind::kCelu}, {"HardSigmoid", Kind::kHardSigmoid}, {"HardSwish", Kind::kHardSwish},
         {"Softplus", Kind::kSoftplus}, {"Softsign", Kind::kSoftsign}, {"Erf", Kind::kErf},
-        {"ThresholdedRelu", Kind::kThresholdedRelu}, {"Sin", Kind::kSin}, {"Cos", Kind::kCos},
+        {"ThresholdedRelu", Kind::kThresholdedRelu}, {"Shrink", Kind::kShrink}, {"Sin", Kind::kSin}, {"Cos", Kind::kCos},
         {"Tan", Kind::kTan}, {"Asin", Kind::kAsin}, {"Acos", Kind::kAcos}, {"Atan", Kind::kAtan},
         {"Sinh", Kind::kSinh}, {"Cosh", Kind::kCosh}, {"Asinh", Kind::kAsinh},
         {"Acosh", Kind::kAcosh}, {"Atanh", Kind::kAtanh}};
@@ -241,6 +247,7 @@ class ActivationGradKernel final : public OpKernel {
         alpha_ = a.get_float("alpha", 1.67326319217681884765625f);
         beta_ = a.get_float("gamma", 1.05070102214813232421875f);
         break;
+      case Kind::kShrink: alpha_ = a.get_float("lambd", 0.5f); break;
       case Kind::kHardSigmoid:
         alpha_ = a.get_float("alpha", 0.2f);
         beta_ = a.get_float("beta", 0.5f);
@@ -305,6 +312,11 @@ class ActivationGradKernel final : public OpKernel {
           using T = decltype(x);
           return x > T(alpha) ? g : T(0);
         });
+      case Kind::kShrink:  // alpha holds lambd
+        return run(ctx, [alpha](auto g, auto x) {
+          using T = decltype(x);
+          return x < T(-alpha) || x > T(alpha) ? g : T(0);
+        });
       case Kind::kSin: return run(ctx, [](auto g, auto x) { return g * std::cos(x); });
       case Kind::kCos: return run(ctx, [](auto g, auto x) { return -g * std::sin(x); });
       case Kind::kTan:
@@ -357,8 +369,8 @@ class PowGradKernel final : public OpKernel {
     const Shape& out_shape = dy.shape();
     OMT_CHECK(y.shape() == out_shape, kModel, info_.where(), ": output ", y.describe(),
               " and its gradient ", dy.describe(), " differ in shape");
-    const bool want_a = ctx.output_used(0);
-    const bool want_b = ctx.num_outputs() > 1 && ctx.output_used(1);
+    const bool want_a = output_wanted(info_, ctx, 0);
+    const bool want_b = output_wanted(info_, ctx, 1);
     if (want_b) require_same_dtype(info_, dy, b, "the exponent");
     OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()), {
       // The exponent in the base's type (a copy only when its dtype differs, e.g. int64).
@@ -419,7 +431,7 @@ class ExtremumGradKernel final : public OpKernel {
       std::vector<T*> outs(static_cast<size_t>(n), nullptr);
       for (int k = 0; k < n; ++k) {
         xs[k] = ctx.in(k + 2).data<T>();
-        if (ctx.output_used(k)) outs[k] = ctx.output(k, dy.dtype(), shape).data<T>();
+        if (output_wanted(info_, ctx, k)) outs[k] = ctx.output(k, dy.dtype(), shape).data<T>();
       }
       const T* g = dy.data<T>();
       const T* py = y.data<T>();
@@ -449,8 +461,10 @@ class ExtremumGradKernel final : public OpKernel {
 // (divided by the reduced count for Mean); ReduceMaxGrad / ReduceMinGrad(dY, X, Y, axes?) route
 // dY to the elements equal to Y, shared equally between ties like torch.amax. All take the
 // forward node's keepdims, noop_with_empty_axes and axes attributes (or the axes input).
+// ReduceProdGrad(dY, X, axes?) is PyTorch's prod backward: dY * Y / x without zeros in the
+// group, dY * (product of the others) for a single zero, and 0 everywhere for several zeros.
 
-enum class ReduceGradKind { kSum, kMean, kExtremum };
+enum class ReduceGradKind { kSum, kMean, kExtremum, kProd };
 
 template <ReduceGradKind kKind>
 class ReduceGradKernel final : public OpKernel {
@@ -510,6 +524,20 @@ class ReduceGradKernel final : public OpKernel {
         for_each_broadcast<1>(x.shape(), {kept}, [&](int64_t i, const int64_t* off) {
           o[i] = px[i] == py[off[0]] ? share[off[0]] : T(0);
         });
+      } else if constexpr (kKind == ReduceGradKind::kProd) {
+        require_same_dtype(info_, dy, x, "the input");
+        const T* px = x.data<T>();
+        std::vector<T> prod(static_cast<size_t>(dy.numel()), T(1));  // of the non-zero elements
+        std::vector<int64_t> zeros(static_cast<size_t>(dy.numel()), 0);
+        for_each_broadcast<1>(x.shape(), {kept}, [&](int64_t i, const int64_t* off) {
+          if (px[i] == T(0)) ++zeros[off[0]];
+          else prod[off[0]] *= px[i];
+        });
+        for_each_broadcast<1>(x.shape(), {kept}, [&](int64_t i, const int64_t* off) {
+          const int64_t k = off[0];
+          if (zeros[k] == 0) o[i] = g[k] * prod[k] / px[i];
+          else o[i] = zeros[k] == 1 && px[i] == T(0) ? g[k] * prod[k] : T(0);
+        });
       } else {
         const T scale = kKind == ReduceGradKind::kMean ? T(1) / T(count) : T(1);
         for_each_broadcast<1>(x.shape(), {kept}, [&](int64_t i, const int64_t* off) {
@@ -536,6 +564,7 @@ OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "PowGrad", PowGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ExtremumGrad", ExtremumGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ReduceSumGrad", ReduceGradKernel<ReduceGradKind::kSum>);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ReduceMeanGrad", ReduceGradKernel<ReduceGradKind::kMean>);
+OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ReduceProdGrad", ReduceGradKernel<ReduceGradKind::kProd>);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ReduceMaxGrad", ReduceGradKernel<ReduceGradKind::kExtremum>);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ReduceMinGrad", ReduceGradKernel<ReduceGradKind::kExtremum>);
 

@@ -51,7 +51,8 @@ std::vector<Act> parse_activations(const KernelInfo& info, const std::vector<std
   if (names.empty()) {
     for (int d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
   } else if (names.size() == per_dir && dirs == 2) {
-    names.insert(names.end(), names.begin(), names.end());
+    const std::vector<std::string> one = names;  // (inserting a vector into itself is UB)
+    names.insert(names.end(), one.begin(), one.end());
   }
   OMT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs), kModel, info.where(),
             ": activations lists ", names.size(), " functions, expected ", per_dir * dirs);

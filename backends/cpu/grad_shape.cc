@@ -33,6 +33,12 @@ Tensor& zero_output(KernelContext& ctx, DType dtype, const Shape& shape) {
   return out;
 }
 
+// Whether output i is read by anything (KernelInfo knows; the context only knows it is named).
+bool output_wanted(const KernelInfo& info, KernelContext& ctx, int i) {
+  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
+  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
+}
+
 template <class Fn>
 void with_indices(const KernelInfo& info, const Tensor& indices, Fn fn) {
   switch (indices.dtype()) {
@@ -76,7 +82,7 @@ class SplitLikeKernel final : public OpKernel {
     for (int i = 0; i < n; ++i) {
       const Shape& shape = ctx.in(i + 1).shape();
       const size_t block = static_cast<size_t>(shape[axis]) * inner_bytes;
-      if (ctx.output_used(i)) {
+      if (output_wanted(info_, ctx, i)) {
         char* dst = static_cast<char*>(ctx.output(i, dy.dtype(), shape).raw());
         if (block)
           for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * block, src + o * in_block + offset, block);

@@ -73,7 +73,8 @@ std::vector<Activation> parse_activations(const KernelInfo& info, std::vector<st
   if (names.empty()) {
     for (int d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
   } else if (names.size() == per_dir && dirs == 2) {
-    names.insert(names.end(), names.begin(), names.end());
+    const std::vector<std::string> once = names;
+    names.insert(names.end(), once.begin(), once.end());
   }
   OMT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs), kModel, info.where(),
             ": activations lists ", names.size(), " functions, expected ", per_dir * dirs);

@@ -76,6 +76,33 @@ OMT_REGISTER_GRADIENT("Pow", [](GradientBuilder& g) {
   set_broadcast_grad(g, 1, d[1]);
 });
 
+// Mod of floats (fmod=1, C fmod): dA = dY, dB = -dY * trunc(A / B) as in torch.fmod, with
+// trunc(q) = q - fmod(q, 1). Integer Mod has no float inputs, hence no gradient.
+OMT_REGISTER_GRADIENT("Mod", [](GradientBuilder& g) {
+  const std::string dy = g.output_grad(0);
+  set_broadcast_grad(g, 0, dy);
+  if (!g.wants(1)) return;
+  AttributeMap fmod;
+  fmod.set("fmod", int64_t{1});
+  const std::string q = g.emit1("Div", {g.input(0), g.input(1)});
+  const std::string trunc =
+      g.emit1("Sub", {q, g.emit1("Mod", {q, scalar_like(g, 1.0, g.output(0))}, fmod)});
+  const std::string t = g.emit1("Mul", {dy, trunc});
+  g.set_input_grad(1, g.emit1("Neg", {g.sum_to_shape_of(t, g.input(1))}));
+});
+
+// PRelu(X, slope) like torch: dX = dY where X > 0, else dY * slope; dSlope = dY * X where X <= 0,
+// summed to the slope's (broadcast) shape.
+OMT_REGISTER_GRADIENT("PRelu", [](GradientBuilder& g) {
+  if (!g.wants(0) && !g.wants(1)) return;
+  const std::string dy = g.output_grad(0), x = g.input(0), slope = g.input(1);
+  const std::string zero = scalar_like(g, 0.0, g.output(0));
+  const std::string pos = g.emit1("Greater", {x, zero});
+  if (g.wants(0)) g.set_input_grad(0, g.emit1("Where", {pos, dy, g.emit1("Mul", {dy, slope})}));
+  if (g.wants(1))
+    set_broadcast_grad(g, 1, g.emit1("Where", {pos, zero, g.emit1("Mul", {dy, x})}));
+});
+
 // ---- unary math ---------------------------------------------------------------------------
 
 OMT_REGISTER_GRADIENT("Neg", [](GradientBuilder& g) {
@@ -127,6 +154,7 @@ OMT_REGISTER_GRADIENT("Softplus", activation_grad);
 OMT_REGISTER_GRADIENT("Softsign", activation_grad);
 OMT_REGISTER_GRADIENT("Erf", activation_grad);
 OMT_REGISTER_GRADIENT("ThresholdedRelu", activation_grad);
+OMT_REGISTER_GRADIENT("Shrink", activation_grad);
 OMT_REGISTER_GRADIENT("Sin", activation_grad);
 OMT_REGISTER_GRADIENT("Cos", activation_grad);
 OMT_REGISTER_GRADIENT("Tan", activation_grad);

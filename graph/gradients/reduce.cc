@@ -42,6 +42,13 @@ OMT_REGISTER_GRADIENT("ReduceMin", [](GradientBuilder& g) {
                               g.node().attrs, kOmtDomain));
 });
 
+// Zeros in a group are handled like PyTorch's prod backward (see ReduceProdGrad).
+OMT_REGISTER_GRADIENT("ReduceProd", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  g.set_input_grad(0, g.emit1("ReduceProdGrad", with_axes(g, {g.output_grad(0), g.input(0)}),
+                              g.node().attrs, kOmtDomain));
+});
+
 // d sum(x^2) = 2 x dY.
 OMT_REGISTER_GRADIENT("ReduceSumSquare", [](GradientBuilder& g) {
   if (!g.wants(0)) return;

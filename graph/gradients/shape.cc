@@ -1,10 +1,20 @@
 // Gradient rules of shape and data-movement ops: reshapes (the gradient is reshaped back to
-// Shape(X)), Transpose, Concat/Split, Slice, Gather, Expand, Tile and Pad. Integer inputs
-// (shapes, indices, pads, repeats) get no gradient; rules only read them.
+// Shape(X)), Transpose, Concat/Split, Slice, Gather(Elements), ScatterElements, Expand, Tile,
+// Pad, Trilu, CumSum, DepthToSpace/SpaceToDepth. Integer inputs (shapes, indices, pads,
+// repeats) get no gradient; rules only read them.
 #include "graph/gradient.h"
 
 namespace omt {
 namespace {
+
+// Zeros shaped like the forward value `like` (float64 when it is known to be, else float32).
+std::string zeros_like(GradientBuilder& g, const std::string& like) {
+  const ValueInfo* info = g.info(like);
+  AttributeMap value;
+  if (info && info->dtype == DType::kFloat64) value.set("value", Tensor::from_vector<double>({0.0}, {1}));
+  else value.set("value", Tensor::from_vector<float>({0.0f}, {1}));
+  return g.emit1("ConstantOfShape", {g.emit1("Shape", {like})}, value);
+}
 
 // dX = Reshape(dY, Shape(X)) for ops that only change the shape.
 void reshape_back(GradientBuilder& g) {
@@ -127,6 +137,74 @@ OMT_REGISTER_GRADIENT("Pad", [](GradientBuilder& g) {
   AttributeMap attrs;
   attrs.set("mode", mode);
   g.set_input_grad(0, g.emit1("PadGrad", ins, attrs, kOmtDomain));
+});
+
+}  // namespace
+}  // namespace omt
+
+namespace omt {
+namespace {
+
+// GatherElements: dY scatter-added into zeros shaped like X.
+OMT_REGISTER_GRADIENT("GatherElements", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  AttributeMap attrs;
+  attrs.set("axis", g.node().attrs.get_int("axis", 0));
+  attrs.set("reduction", std::string("add"));
+  g.set_input_grad(0, g.emit1("ScatterElements", {zeros_like(g, g.input(0)), g.input(1), g.output_grad(0)}, attrs));
+});
+
+// ScatterElements(data, indices, updates): updates receive dY at the indices; data receives
+// dY except where (reduction none) it was overwritten. reduction=mul is not supported.
+OMT_REGISTER_GRADIENT("ScatterElements", [](GradientBuilder& g) {
+  if (!g.wants(0) && !g.wants(2)) return;
+  const std::string reduction = g.node().attrs.get_string("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    OMT_FAIL(kUnsupported, g.node().where(), ": ScatterElements with reduction '", reduction,
+             "' has no gradient rule (none and add do)");
+  const std::string dy = g.output_grad(0), indices = g.input(1);
+  AttributeMap axis;
+  axis.set("axis", g.node().attrs.get_int("axis", 0));
+  if (g.wants(0)) {
+    if (reduction == "add") g.set_input_grad(0, dy);
+    else g.set_input_grad(0, g.emit1("ScatterElements", {dy, indices, zeros_like(g, g.input(2))}, axis));
+  }
+  if (g.wants(2)) g.set_input_grad(2, g.emit1("GatherElements", {dy, indices}, axis));
+});
+
+// Trilu keeps a triangle: its gradient keeps the same one.
+OMT_REGISTER_GRADIENT("Trilu", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  std::vector<std::string> ins = {g.output_grad(0)};
+  if (!g.input(1).empty()) ins.push_back(g.input(1));
+  g.set_input_grad(0, g.emit1("Trilu", ins, g.node().attrs));
+});
+
+// CumSum: the gradient is the cumulative sum in the other direction (same exclusivity).
+OMT_REGISTER_GRADIENT("CumSum", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  AttributeMap attrs = g.node().attrs;
+  attrs.set("reverse", int64_t{g.node().attrs.get_int("reverse", 0) != 0 ? 0 : 1});
+  g.set_input_grad(0, g.emit1("CumSum", {g.output_grad(0), g.input(1)}, attrs));
+});
+
+// DepthToSpace in DCR mode and SpaceToDepth are inverse permutations of each other.
+OMT_REGISTER_GRADIENT("DepthToSpace", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  if (g.node().attrs.get_string("mode", "DCR") != "DCR")
+    OMT_FAIL(kUnsupported, g.node().where(), ": DepthToSpace mode '",
+             g.node().attrs.get_string("mode", "DCR"), "' has no gradient rule (DCR does)");
+  AttributeMap attrs;
+  attrs.set("blocksize", g.node().attrs.get_int("blocksize"));
+  g.set_input_grad(0, g.emit1("SpaceToDepth", {g.output_grad(0)}, attrs));
+});
+
+OMT_REGISTER_GRADIENT("SpaceToDepth", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  AttributeMap attrs;
+  attrs.set("blocksize", g.node().attrs.get_int("blocksize"));
+  attrs.set("mode", std::string("DCR"));
+  g.set_input_grad(0, g.emit1("DepthToSpace", {g.output_grad(0)}, attrs));
 });
 
 }  // namespace

@@ -159,7 +159,8 @@ void expect_gradients_match(const GradCheck& c, uint64_t seed) {
     ASSERT_EQ(got.shape(), feeds.at(name).shape()) << "gradient of input " << i << " has the wrong shape";
     Tensor& x = feeds.at(name);
     int bad = 0;
-    for (int64_t e = 0; e < x.numel() && bad < 5; ++e) {
+    std::string first;
+    for (int64_t e = 0; e < x.numel(); ++e) {
       add_to(x, e, c.eps);
       const double up = run_loss(loss_session, feeds);
       add_to(x, e, -2 * c.eps);
@@ -168,11 +169,13 @@ void expect_gradients_match(const GradCheck& c, uint64_t seed) {
       const double numeric = (up - down) / (2 * c.eps);
       const double analytic_value = as_double(got, e);
       if (!(std::fabs(numeric - analytic_value) <= c.atol + c.rtol * std::fabs(numeric))) {
-        ADD_FAILURE() << c.op << ": d loss / d input " << i << " element " << e << ": analytic "
-                      << analytic_value << ", finite difference " << numeric << " (seed " << seed << ")";
-        ++bad;
+        if (bad++ == 0)
+          first = str_cat("element ", e, ": analytic ", analytic_value, ", finite difference ", numeric);
       }
     }
+    if (bad)
+      ADD_FAILURE() << c.op << ": d loss / d input " << i << " is wrong in " << bad << " of " << x.numel()
+                    << " elements; first: " << first << " (seed " << seed << ")";
   }
 }
 

@@ -175,7 +175,9 @@ void check_sgd(float lr, float momentum, float dampening, float wd, bool nestero
     EXPECT_TRUE(tensors_close(vec(got[static_cast<size_t>(k - 1)]), to_tensor(ref.p), 1e-5, 1e-6))
         << "step " << k;
   }
-  if (states) EXPECT_TRUE(tensors_close(state[0], to_tensor(ref.buf), 1e-5, 1e-6));
+  if (states) {
+    EXPECT_TRUE(tensors_close(state[0], to_tensor(ref.buf), 1e-5, 1e-6));
+  }
 }
 
 TEST(Optimizers, SgdMomentumDampeningWeightDecay) {

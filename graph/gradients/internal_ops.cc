@@ -1,0 +1,34 @@
+// onnx-mirror's own backward and update ops: they only appear in training graphs after
+// autodiff, so they need no gradient (second-order derivatives are not supported).
+#include "graph/gradient.h"
+
+namespace omt {
+namespace {
+
+constexpr const char* kWhy = "a backward or optimizer op of a training graph (no second-order derivatives)";
+
+#define OMT_INTERNAL_NO_GRADIENT(op) \
+  static GradientRegistrar OMT_GRAD_CONCAT(omt_internal_, __LINE__)(kOmtDomain, op, kWhy)
+
+OMT_INTERNAL_NO_GRADIENT("SGD");
+OMT_INTERNAL_NO_GRADIENT("Adam");
+OMT_INTERNAL_NO_GRADIENT("MatMulGrad");
+OMT_INTERNAL_NO_GRADIENT("ConvGrad");
+OMT_INTERNAL_NO_GRADIENT("MaxPoolGrad");
+OMT_INTERNAL_NO_GRADIENT("AveragePoolGrad");
+OMT_INTERNAL_NO_GRADIENT("GlobalAveragePoolGrad");
+OMT_INTERNAL_NO_GRADIENT("GlobalMaxPoolGrad");
+OMT_INTERNAL_NO_GRADIENT("BatchNormTrainingGrad");
+OMT_INTERNAL_NO_GRADIENT("BatchNormInferenceGrad");
+OMT_INTERNAL_NO_GRADIENT("LayerNormalizationGrad");
+OMT_INTERNAL_NO_GRADIENT("SoftmaxGrad");
+OMT_INTERNAL_NO_GRADIENT("LogSoftmaxGrad");
+OMT_INTERNAL_NO_GRADIENT("DropoutGrad");
+OMT_INTERNAL_NO_GRADIENT("SoftmaxCrossEntropyLossGrad");
+OMT_INTERNAL_NO_GRADIENT("NegativeLogLikelihoodLossGrad");
+OMT_INTERNAL_NO_GRADIENT("RNNGrad");
+OMT_INTERNAL_NO_GRADIENT("GRUGrad");
+OMT_INTERNAL_NO_GRADIENT("LSTMGrad");
+
+}  // namespace
+}  // namespace omt

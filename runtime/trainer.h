@@ -1,0 +1,58 @@
+// Trainer: one replica training an imported model. It builds the training graph once,
+// holds the parameters and optimizer/normalisation state, and each step feeds them with a
+// batch and takes the updated values back (no copies: the tensors are swapped). Not
+// thread-safe; one Trainer per model copy.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "graph/training.h"
+#include "runtime/session.h"
+
+namespace omt {
+
+struct StepResult {
+  float loss = 0.0f;
+  NamedTensors outputs;  // the model's own outputs for this batch (e.g. logits)
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<const Model> model, const TrainingSpec& spec,
+          const SessionOptions& options = {});
+  ~Trainer();
+
+  // One optimizer step on a batch: `inputs` holds one array per model input (batch first),
+  // `labels` the targets (ignored for --loss model). Integer labels of any width are
+  // accepted for class losses. Returns the loss before the update.
+  StepResult step(const NamedTensors& inputs, const Tensor& labels, float lr);
+
+  // Loss and d(loss)/d(parameter) on a batch, without updating anything.
+  float gradients(const NamedTensors& inputs, const Tensor& labels, NamedTensors* grads);
+
+  // Current parameter and state values, by name (parameters by initializer name).
+  const NamedTensors& parameters() const { return params_; }
+  const NamedTensors& state() const { return state_; }
+  int64_t steps_done() const { return steps_; }
+  const TrainingGraph& training_graph() const;
+
+  // The inference model with the trained parameters and BatchNorm running statistics.
+  Model trained_model() const;
+
+ private:
+  NamedTensors feeds(const NamedTensors& inputs, const Tensor& labels, const TrainingGraph& tg) const;
+
+  std::shared_ptr<const Model> model_;
+  TrainingSpec spec_;
+  SessionOptions options_;
+  std::unique_ptr<TrainingGraph> update_graph_;  // with optimizer
+  std::unique_ptr<TrainingGraph> grad_graph_;    // without optimizer (built on first use)
+  std::unique_ptr<Session> update_session_;
+  std::unique_ptr<Session> grad_session_;
+  NamedTensors params_;
+  NamedTensors state_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace omt

@@ -1,0 +1,515 @@
+// Gradients of the neural-network ops (graph/gradients/nn.cc, backends/cpu/grad_*.cc):
+// finite-difference checks for every rule and attribute variant, plus exact checks where
+// central differences cannot decide (MaxPool ties, Dropout masks, running statistics).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "graph/autodiff.h"
+#include "runtime/session.h"
+#include "tests/ops/gradient_check.h"
+#include "tests/test_util.h"
+
+namespace omt::test {
+namespace {
+
+constexpr const char* kOmt = "com.onnx-mirror";
+
+Tensor i64(const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector<int64_t>(v, s); }
+Tensor f32(const std::vector<float>& v, const Shape& s) { return Tensor::from_vector<float>(v, s); }
+
+// Shuffled values `step` apart: no near-ties, so max pooling is differentiable at them.
+Tensor distinct_tensor(const Shape& shape, uint64_t seed, float step = 0.05f) {
+  Tensor t = Tensor::empty(DType::kFloat32, shape);
+  std::vector<int64_t> perm(static_cast<size_t>(t.numel()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = (static_cast<float>(perm[i]) - static_cast<float>(t.numel()) / 2) * step;
+  return t;
+}
+
+Tensor f64(const Tensor& t) {
+  Tensor d = Tensor::empty(DType::kFloat64, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) d.data<double>()[i] = t.data<float>()[i];
+  return d;
+}
+
+GradCheck check(const std::string& op, std::vector<Tensor> inputs, std::vector<int> wrt,
+                AttributeMap attrs = {}, const std::string& domain = "") {
+  GradCheck c;
+  c.op = op;
+  c.domain = domain;
+  c.inputs = std::move(inputs);
+  c.wrt = std::move(wrt);
+  c.attrs = std::move(attrs);
+  return c;
+}
+
+AttributeMap attrs_of(std::initializer_list<std::pair<const char*, Attribute>> kv) {
+  AttributeMap a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+using Ints = std::vector<int64_t>;
+
+// ---- Gemm and MatMul --------------------------------------------------------------------
+
+TEST(GradNnGemm, AllTransposeCombinations) {
+  for (int64_t ta = 0; ta < 2; ++ta)
+    for (int64_t tb = 0; tb < 2; ++tb) {
+      const Shape a = ta ? Shape{4, 3} : Shape{3, 4};
+      const Shape b = tb ? Shape{5, 4} : Shape{4, 5};
+      GradCheck c = check("Gemm", {random_tensor(a, 1), random_tensor(b, 2), random_tensor({3, 5}, 3)},
+                          {0, 1, 2}, attrs_of({{"transA", ta}, {"transB", tb}}));
+      expect_gradients_match(c, 100 + 2 * ta + tb);
+    }
+}
+
+TEST(GradNnGemm, AlphaBetaAndBroadcastC) {
+  for (const Shape& cs : {Shape{3, 5}, Shape{5}, Shape{1, 5}, Shape{3, 1}}) {
+    GradCheck c = check("Gemm", {random_tensor({4, 3}, 4), random_tensor({4, 5}, 5), random_tensor(cs, 6)},
+                        {0, 1, 2}, attrs_of({{"transA", int64_t{1}}, {"alpha", 0.7f}, {"beta", 1.3f}}));
+    expect_gradients_match(c, 110 + cs.size());
+  }
+}
+
+TEST(GradNnGemm, WithoutC) {
+  expect_gradients_match(check("Gemm", {random_tensor({2, 3}, 7), random_tensor({4, 3}, 8)}, {0, 1},
+                               attrs_of({{"transB", int64_t{1}}, {"alpha", 2.f}})),
+                         120);
+}
+
+TEST(GradNnMatMul, TwoDimensional) {
+  expect_gradients_match(check("MatMul", {random_tensor({3, 4}, 1), random_tensor({4, 5}, 2)}, {0, 1}), 130);
+}
+
+TEST(GradNnMatMul, BatchedTimesMatrixFoldsTheBatch) {
+  expect_gradients_match(check("MatMul", {random_tensor({2, 3, 4}, 3), random_tensor({4, 5}, 4)}, {0, 1}), 131);
+}
+
+TEST(GradNnMatMul, BroadcastBatches) {
+  expect_gradients_match(check("MatMul", {random_tensor({2, 1, 3, 4}, 5), random_tensor({3, 4, 2}, 6)}, {0, 1}), 132);
+  expect_gradients_match(check("MatMul", {random_tensor({3, 4}, 7), random_tensor({2, 4, 2}, 8)}, {0, 1}), 133);
+  expect_gradients_match(check("MatMul", {random_tensor({2, 3, 4}, 9), random_tensor({2, 4, 3}, 10)}, {0, 1}), 134);
+}
+
+TEST(GradNnMatMul, OneDimensionalOperands) {
+  expect_gradients_match(check("MatMul", {random_tensor({4}, 11), random_tensor({4, 3}, 12)}, {0, 1}), 135);
+  expect_gradients_match(check("MatMul", {random_tensor({2, 3, 4}, 13), random_tensor({4}, 14)}, {0, 1}), 136);
+  expect_gradients_match(check("MatMul", {random_tensor({4}, 15), random_tensor({4}, 16)}, {0, 1}), 137);
+  expect_gradients_match(check("MatMul", {random_tensor({4}, 17), random_tensor({2, 4, 3}, 18)}, {0, 1}), 138);
+}
+
+// float64 through the kernel alone (the engine's d(loss) seed is float32): MatMulGrad
+// against a naive sum, with A broadcast over B's batch.
+TEST(GradNnMatMul, Float64KernelMatchesNaiveSums) {
+  Model m;
+  m.opsets = {{"", 17}, {kOmt, 1}};
+  Node n;
+  n.name = "mmg";
+  n.op_type = "MatMulGrad";
+  n.domain = kOmt;
+  n.inputs = {"dy", "a", "b"};
+  n.outputs = {"da", "db"};
+  m.graph.nodes.push_back(n);
+  for (const char* v : {"dy", "a", "b"}) m.graph.inputs.push_back(ValueInfo{v, DType::kFloat64, {}});
+  for (const char* v : {"da", "db"}) m.graph.outputs.push_back(ValueInfo{v, DType::kUndefined, {}});
+  Session s(std::make_shared<const Model>(m));
+  const int64_t B = 2, M = 3, K = 4, N = 2;
+  NamedTensors feeds;
+  feeds.set("dy", f64(random_tensor({B, M, N}, 23)));
+  feeds.set("a", f64(random_tensor({M, K}, 24)));
+  feeds.set("b", f64(random_tensor({B, K, N}, 25)));
+  const NamedTensors out = s.run(feeds);
+  const double* dy = feeds.at("dy").data<double>();
+  const double* a = feeds.at("a").data<double>();
+  const double* b = feeds.at("b").data<double>();
+  Tensor da = Tensor::zeros(DType::kFloat64, {M, K}), db = Tensor::zeros(DType::kFloat64, {B, K, N});
+  for (int64_t bi = 0; bi < B; ++bi)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k) {
+          const double g = dy[(bi * M + i) * N + j];
+          da.data<double>()[i * K + k] += g * b[(bi * K + k) * N + j];
+          db.data<double>()[(bi * K + k) * N + j] += g * a[i * K + k];
+        }
+  EXPECT_TRUE(tensors_close(out.at("da"), da, 1e-12, 1e-12));
+  EXPECT_TRUE(tensors_close(out.at("db"), db, 1e-12, 1e-12));
+}
+
+// ---- Conv -------------------------------------------------------------------------------
+
+TEST(GradNnConv, TwoDimensionalWithBiasAndPads) {
+  GradCheck c = check("Conv", {random_tensor({2, 3, 5, 5}, 1), random_tensor({4, 3, 3, 3}, 2), random_tensor({4}, 3)},
+                      {0, 1, 2}, attrs_of({{"pads", Ints{1, 1, 1, 1}}}));
+  expect_gradients_match(c, 200);
+}
+
+TEST(GradNnConv, GroupsStridesDilationsAsymmetricPads) {
+  GradCheck c = check("Conv", {random_tensor({1, 6, 7, 8}, 4), random_tensor({6, 2, 3, 2}, 5)}, {0, 1},
+                      attrs_of({{"group", int64_t{3}}, {"strides", Ints{2, 1}}, {"dilations", Ints{2, 1}},
+                                {"pads", Ints{1, 0, 2, 1}}, {"kernel_shape", Ints{3, 2}}}));
+  expect_gradients_match(c, 201);
+}
+
+TEST(GradNnConv, OneDimensionalAutoPad) {
+  for (const char* pad : {"SAME_UPPER", "SAME_LOWER", "VALID"}) {
+    GradCheck c = check("Conv", {random_tensor({2, 2, 9}, 6), random_tensor({3, 2, 4}, 7), random_tensor({3}, 8)},
+                        {0, 1, 2}, attrs_of({{"auto_pad", std::string(pad)}, {"strides", Ints{2}}}));
+    expect_gradients_match(c, 202);
+  }
+}
+
+TEST(GradNnConv, DepthwiseStrideLeavesARemainder) {
+  GradCheck c = check("Conv", {random_tensor({2, 4, 6, 6}, 9), random_tensor({4, 1, 3, 3}, 10)}, {0, 1},
+                      attrs_of({{"group", int64_t{4}}, {"strides", Ints{2, 2}}}));
+  expect_gradients_match(c, 203);
+}
+
+// ---- pooling ----------------------------------------------------------------------------
+
+TEST(GradNnPool, MaxPool2x2) {
+  expect_gradients_match(check("MaxPool", {distinct_tensor({2, 2, 4, 6}, 1)}, {0},
+                               attrs_of({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})),
+                         300);
+}
+
+TEST(GradNnPool, MaxPoolPadsCeilModeDilationsOverlap) {
+  GradCheck c = check("MaxPool", {distinct_tensor({1, 2, 7, 6}, 2)}, {0},
+                      attrs_of({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}},
+                                {"dilations", Ints{1, 2}}, {"ceil_mode", int64_t{1}}}));
+  expect_gradients_match(c, 301);
+}
+
+TEST(GradNnPool, MaxPool1dWithIndicesAndSamePadding) {
+  GradCheck c = check("MaxPool", {distinct_tensor({2, 3, 9}, 3)}, {0},
+                      attrs_of({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"auto_pad", std::string("SAME_LOWER")}}));
+  c.num_outputs = 2;
+  c.loss_outputs = {0};
+  expect_gradients_match(c, 302);
+}
+
+TEST(GradNnPool, AveragePool) {
+  for (int64_t include_pad = 0; include_pad < 2; ++include_pad) {
+    GradCheck c = check("AveragePool", {random_tensor({2, 2, 5, 6}, 4)}, {0},
+                        attrs_of({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 0}},
+                                  {"ceil_mode", int64_t{1}}, {"count_include_pad", include_pad}}));
+    expect_gradients_match(c, 303 + include_pad);
+  }
+  expect_gradients_match(check("AveragePool", {random_tensor({1, 3, 8}, 5)}, {0},
+                               attrs_of({{"kernel_shape", Ints{2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+                         305);
+}
+
+TEST(GradNnPool, GlobalPools) {
+  expect_gradients_match(check("GlobalAveragePool", {random_tensor({2, 3, 4, 5}, 6)}, {0}), 306);
+  expect_gradients_match(check("GlobalMaxPool", {distinct_tensor({2, 3, 4, 5}, 7)}, {0}), 307);
+  expect_gradients_match(check("GlobalAveragePool", {random_tensor({2, 3, 7}, 8)}, {0}), 308);
+}
+
+// Exact backward of a graph X -> node -> Y, loss = sum(Y * R): returns d loss / d X.
+Tensor backward_of(Node node, const Tensor& x, const Tensor& r, std::vector<Tensor> extra = {}) {
+  Model m;
+  m.opsets = {{"", 17}, {kOmt, 1}};
+  Graph& g = m.graph;
+  node.name = "n";
+  node.inputs.insert(node.inputs.begin(), "x");
+  for (size_t i = 0; i < extra.size(); ++i) {
+    const std::string name = "extra" + std::to_string(i);
+    g.initializers.set(name, extra[i]);
+    node.inputs.push_back(name);
+  }
+  g.inputs.push_back(ValueInfo{"x", x.dtype(), {}});
+  g.initializers.set("r", r);
+  const std::string y = node.outputs[0];
+  g.nodes.push_back(node);
+  Node mul;
+  mul.name = "mul";
+  mul.op_type = "Mul";
+  mul.inputs = {y, "r"};
+  mul.outputs = {"p"};
+  g.nodes.push_back(mul);
+  Node sum;
+  sum.name = "sum";
+  sum.op_type = "ReduceSum";
+  sum.inputs = {"p"};
+  sum.outputs = {"loss"};
+  sum.attrs.set("keepdims", int64_t{0});
+  g.nodes.push_back(sum);
+  const BackwardResult br = append_backward(g, {"loss", {"x"}, ""});
+  EXPECT_EQ(br.grads.size(), 1u);
+  g.outputs.push_back(ValueInfo{br.grads.at(0).grad, DType::kUndefined, {}});
+  for (const auto& o : node.outputs)
+    if (!o.empty()) g.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
+  Session s(std::make_shared<const Model>(m));
+  NamedTensors feeds;
+  feeds.set("x", x);
+  const NamedTensors out = s.run(feeds);
+  return out.at(br.grads.at(0).grad);
+}
+
+TEST(GradNnPool, MaxPoolTiesGoToTheFirstMaximumLikePyTorch) {
+  Node n;
+  n.op_type = "MaxPool";
+  n.outputs = {"y"};
+  n.attrs = attrs_of({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{1, 1}}});
+  // Every 2x2 window is all ties: each output's gradient goes to its window's top-left.
+  const Tensor x = f32(std::vector<float>(9, 1.f), {1, 1, 3, 3});
+  const Tensor r = f32({1, 2, 3, 4}, {1, 1, 2, 2});
+  EXPECT_TRUE(tensors_close(backward_of(n, x, r), f32({1, 2, 0, 3, 4, 0, 0, 0, 0}, {1, 1, 3, 3})));
+  n.op_type = "GlobalMaxPool";
+  n.attrs = AttributeMap();
+  EXPECT_TRUE(tensors_close(backward_of(n, x, f32({5}, {1, 1, 1, 1})),
+                            f32({5, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 1, 3, 3})));
+}
+
+// ---- normalisation ----------------------------------------------------------------------
+
+Tensor positive_tensor(const Shape& s, uint64_t seed) { return random_tensor(s, seed, 0.5f, 1.5f); }
+
+TEST(GradNnNorm, BatchNormTraining) {
+  GradCheck c = check("BatchNormTraining",
+                      {random_tensor({4, 3, 2, 2}, 1), random_tensor({3}, 2), random_tensor({3}, 3),
+                       random_tensor({3}, 4), positive_tensor({3}, 5)},
+                      {0, 1, 2}, attrs_of({{"epsilon", 1e-3f}}), kOmt);
+  c.num_outputs = 5;
+  c.loss_outputs = {0};
+  expect_gradients_match(c, 400);
+  c.inputs[0] = random_tensor({5, 2}, 6);  // [N, C] without spatial dims
+  for (int i = 1; i < 5; ++i) c.inputs[i] = positive_tensor({2}, 7 + i);
+  expect_gradients_match(c, 401);
+}
+
+TEST(GradNnNorm, BatchNormTrainingForwardUpdatesRunningStatsLikePyTorch) {
+  Model m;
+  m.opsets = {{"", 17}, {kOmt, 1}};
+  Node n;
+  n.name = "bn";
+  n.op_type = "BatchNormTraining";
+  n.domain = kOmt;
+  n.inputs = {"x", "s", "b", "rm", "rv"};
+  n.outputs = {"y", "rm2", "rv2", "mean", "invstd"};
+  n.attrs = attrs_of({{"epsilon", 1e-5f}, {"momentum", 0.8f}});
+  m.graph.nodes.push_back(n);
+  // Channel 0 holds {1, 2, 3, 6}, channel 1 holds {0, 0, 4, 4}: N=2, C=2, 2 values each.
+  m.graph.inputs.push_back(ValueInfo{"x", DType::kFloat32, {}});
+  m.graph.initializers.set("s", f32({2, 1}, {2}));
+  m.graph.initializers.set("b", f32({0.5f, 0}, {2}));
+  m.graph.initializers.set("rm", f32({1, 1}, {2}));
+  m.graph.initializers.set("rv", f32({1, 1}, {2}));
+  for (const auto& o : n.outputs) m.graph.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
+  Session s(std::make_shared<const Model>(m));
+  NamedTensors feeds;
+  feeds.set("x", f32({1, 2, 0, 0, 3, 6, 4, 4}, {2, 2, 2}));
+  const NamedTensors out = s.run(feeds);
+  // Channel 0: mean 3, biased var 3.5, unbiased 14/3; channel 1: mean 2, var 4, unbiased 16/3.
+  EXPECT_TRUE(tensors_close(out.at("mean"), f32({3, 2}, {2})));
+  EXPECT_TRUE(tensors_close(out.at("invstd"), f32({1 / std::sqrt(3.5f + 1e-5f), 1 / std::sqrt(4.f + 1e-5f)}, {2})));
+  EXPECT_TRUE(tensors_close(out.at("rm2"), f32({0.8f + 0.2f * 3, 0.8f + 0.2f * 2}, {2})));
+  EXPECT_TRUE(tensors_close(out.at("rv2"), f32({0.8f + 0.2f * 14 / 3.f, 0.8f + 0.2f * 16 / 3.f}, {2})));
+  const float k0 = 2 / std::sqrt(3.5f + 1e-5f);
+  EXPECT_TRUE(tensors_close(out.at("y").reshaped({8}),
+                            f32({-2 * k0 + 0.5f, -k0 + 0.5f, -1, -1, 0.5f, 3 * k0 + 0.5f, 1, 1}, {8}), 1e-5, 1e-5));
+}
+
+TEST(GradNnNorm, BatchNormTrainingNeedsMoreThanOneValuePerChannel) {
+  Model m;
+  m.opsets = {{"", 17}, {kOmt, 1}};
+  Node n;
+  n.name = "bn";
+  n.op_type = "BatchNormTraining";
+  n.domain = kOmt;
+  n.inputs = {"x", "p", "p", "p", "p"};
+  n.outputs = {"y"};
+  m.graph.nodes.push_back(n);
+  m.graph.inputs.push_back(ValueInfo{"x", DType::kFloat32, {}});
+  m.graph.initializers.set("p", f32({1, 1}, {2}));
+  m.graph.outputs.push_back(ValueInfo{"y", DType::kUndefined, {}});
+  Session s(std::make_shared<const Model>(m));
+  NamedTensors feeds;
+  feeds.set("x", f32({1, 2}, {1, 2}));
+  try {
+    s.run(feeds);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("more than one value per channel"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GradNnNorm, BatchNormalizationFrozenStatistics) {
+  GradCheck c = check("BatchNormalization",
+                      {random_tensor({3, 2, 2, 3}, 1), random_tensor({2}, 2), random_tensor({2}, 3),
+                       random_tensor({2}, 4), positive_tensor({2}, 5)},
+                      {0, 1, 2, 3, 4});
+  expect_gradients_match(c, 402);
+}
+
+TEST(GradNnNorm, BatchNormalizationTrainingModeAttribute) {
+  GradCheck c = check("BatchNormalization",
+                      {random_tensor({4, 2, 3}, 6), random_tensor({2}, 7), random_tensor({2}, 8),
+                       random_tensor({2}, 9), positive_tensor({2}, 10)},
+                      {0, 1, 2}, attrs_of({{"training_mode", int64_t{1}}}));
+  c.num_outputs = 3;
+  c.loss_outputs = {0};
+  expect_gradients_match(c, 403);
+}
+
+TEST(GradNnNorm, LayerNormalizationWithSavedStatistics) {
+  GradCheck c = check("LayerNormalization", {random_tensor({3, 4, 5}, 1), random_tensor({5}, 2), random_tensor({5}, 3)},
+                      {0, 1, 2});
+  c.num_outputs = 3;
+  c.loss_outputs = {0};
+  expect_gradients_match(c, 404);
+}
+
+TEST(GradNnNorm, LayerNormalizationRecomputesStatistics) {
+  GradCheck c = check("LayerNormalization", {random_tensor({2, 3, 4}, 4), random_tensor({3, 4}, 5), random_tensor({3, 4}, 6)},
+                      {0, 1, 2}, attrs_of({{"axis", int64_t{1}}}));
+  expect_gradients_match(c, 405);
+  // Scale and B broadcast over the normalized shape [3, 4]; no B at all.
+  c.inputs = {random_tensor({2, 3, 4}, 7), random_tensor({1, 4}, 8), random_tensor({3, 1}, 9)};
+  expect_gradients_match(c, 406);
+  c.inputs = {random_tensor({2, 3, 4}, 10), random_tensor({4}, 11)};
+  c.wrt = {0, 1};
+  c.attrs = attrs_of({{"axis", int64_t{-1}}, {"epsilon", 1e-3f}});
+  expect_gradients_match(c, 407);
+}
+
+// ---- softmax ----------------------------------------------------------------------------
+
+TEST(GradNnSoftmax, SoftmaxAndLogSoftmaxAlongEachAxis) {
+  for (const char* op : {"Softmax", "LogSoftmax"})
+    for (int64_t axis : {-1, 0, 1}) {
+      GradCheck c = check(op, {random_tensor({2, 3, 4}, 1, -2, 2)}, {0}, attrs_of({{"axis", axis}}));
+      expect_gradients_match(c, 500 + static_cast<uint64_t>(axis + 1));
+    }
+}
+
+// ---- losses -----------------------------------------------------------------------------
+
+TEST(GradNnLoss, SoftmaxCrossEntropyReductions) {
+  for (const char* red : {"mean", "sum", "none"}) {
+    GradCheck c = check("SoftmaxCrossEntropyLoss", {random_tensor({3, 5}, 1, -2, 2), i64({1, 0, 4}, {3})}, {0},
+                        attrs_of({{"reduction", std::string(red)}}));
+    expect_gradients_match(c, 600);
+  }
+}
+
+TEST(GradNnLoss, SoftmaxCrossEntropyWeightsIgnoreIndexNd) {
+  GradCheck c = check("SoftmaxCrossEntropyLoss",
+                      {random_tensor({2, 4, 3}, 2, -2, 2), i64({0, 3, -1, 2, -1, 1}, {2, 3}), positive_tensor({4}, 3)},
+                      {0}, attrs_of({{"ignore_index", int64_t{-1}}}));
+  expect_gradients_match(c, 601);
+  c.attrs.set("reduction", std::string("none"));
+  expect_gradients_match(c, 602);
+}
+
+TEST(GradNnLoss, SoftmaxCrossEntropyUsesAndPropagatesLogProb) {
+  GradCheck c = check("SoftmaxCrossEntropyLoss", {random_tensor({3, 4, 2}, 4, -2, 2), i64({1, 0, 3, 3, 2, 0}, {3, 2})},
+                      {0}, attrs_of({{"reduction", std::string("sum")}}));
+  c.num_outputs = 2;
+  c.loss_outputs = {0};  // the rule reads log_prob
+  expect_gradients_match(c, 603);
+  c.loss_outputs = {};   // the loss also reads log_prob: its gradient joins through LogSoftmaxGrad
+  expect_gradients_match(c, 604);
+  c.loss_outputs = {1};
+  expect_gradients_match(c, 605);
+}
+
+TEST(GradNnLoss, NegativeLogLikelihood) {
+  for (const char* red : {"mean", "sum", "none"}) {
+    GradCheck c = check("NegativeLogLikelihoodLoss",
+                        {random_tensor({3, 4, 2}, 5), i64({1, 0, 3, 3, 2, 0}, {3, 2}), positive_tensor({4}, 6)}, {0},
+                        attrs_of({{"reduction", std::string(red)}, {"ignore_index", int64_t{3}}}));
+    expect_gradients_match(c, 606);
+  }
+  expect_gradients_match(check("NegativeLogLikelihoodLoss", {random_tensor({4, 3}, 7), i64({2, 0, 1, 1}, {4})}, {0}), 607);
+}
+
+TEST(GradNnLoss, BCEWithLogits) {
+  GradCheck c = check("BCEWithLogitsLoss", {random_tensor({3, 4}, 8, -3, 3), random_tensor({3, 4}, 9, 0, 1)}, {0, 1},
+                      {}, kOmt);
+  expect_gradients_match(c, 608);
+}
+
+TEST(GradNnLoss, BCEWithLogitsIsStableForLargeLogits) {
+  Model m;
+  m.opsets = {{"", 17}, {kOmt, 1}};
+  Node n;
+  n.name = "bce";
+  n.op_type = "BCEWithLogitsLoss";
+  n.domain = kOmt;
+  n.inputs = {"x", "t"};
+  n.outputs = {"loss"};
+  m.graph.nodes.push_back(n);
+  m.graph.inputs = {ValueInfo{"x", DType::kFloat32, {}}, ValueInfo{"t", DType::kFloat32, {}}};
+  m.graph.outputs.push_back(ValueInfo{"loss", DType::kUndefined, {}});
+  Session s(std::make_shared<const Model>(m));
+  NamedTensors feeds;
+  feeds.set("x", f32({100, -100, 0, 2}, {4}));
+  feeds.set("t", f32({0, 1, 1, 0.25f}, {4}));
+  // Per element: 100, 100, log 2, 2 - 0.5 + log(1 + e^-2).
+  const double want = (200 + std::log(2.0) + 1.5 + std::log1p(std::exp(-2.0))) / 4;
+  EXPECT_NEAR(s.run(feeds).at("loss").value_as_double(0), want, 1e-4);
+}
+
+// ---- dropout ----------------------------------------------------------------------------
+
+TEST(GradNnDropout, InferenceIsIdentity) {
+  expect_gradients_match(check("Dropout", {random_tensor({3, 4}, 1), f32({0.3f}, {})}, {0}), 700);
+  GradCheck c = check("Dropout", {random_tensor({3, 4}, 2), f32({0.3f}, {}),
+                                  Tensor::from_vector<bool>({false}, {})}, {0});
+  c.num_outputs = 2;
+  expect_gradients_match(c, 701);
+}
+
+TEST(GradNnDropout, TrainingScalesByTheMask) {
+  Node n;
+  n.op_type = "Dropout";
+  n.outputs = {"y", "mask"};
+  const Tensor x = random_tensor({4, 8}, 3), r = random_tensor({4, 8}, 4);
+  const Tensor dx = backward_of(n, x, r, {f32({0.25f}, {}), Tensor::from_vector<bool>({true}, {})});
+  // dX is R / 0.75 where kept and 0 where dropped; about a quarter is dropped.
+  int dropped = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float got = dx.data<float>()[i];
+    if (got == 0.f) {
+      ++dropped;
+    } else {
+      EXPECT_NEAR(got, r.data<float>()[i] / 0.75f, 1e-6) << "element " << i;
+    }
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, 20);
+}
+
+TEST(GradNnDropout, TrainingWithoutMaskIsUnsupported) {
+  Model m;
+  Graph& g = m.graph;
+  Node n;
+  n.name = "drop";
+  n.op_type = "Dropout";
+  n.inputs = {"x", "ratio", "mode"};
+  n.outputs = {"loss"};
+  g.nodes.push_back(n);
+  g.inputs.push_back(ValueInfo{"x", DType::kFloat32, {}});
+  g.initializers.set("ratio", f32({0.5f}, {}));
+  g.initializers.set("mode", Tensor::from_vector<bool>({true}, {}));
+  try {
+    append_backward(g, {"loss", {"x"}, ""});
+    FAIL() << "expected kUnsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("mask"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("node 'drop'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace omt::test
