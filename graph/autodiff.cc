@@ -18,7 +18,9 @@ std::string GradientBuilder::output_grad_or_zeros(int i) {
   const std::string g = output_grad(i);
   if (!g.empty()) return g;
   AttributeMap zero;
-  zero.set("value", Tensor::from_vector<float>({0.0f}, {1}));
+  const ValueInfo* v = info(output(i));
+  if (v && v->dtype == DType::kFloat64) zero.set("value", Tensor::from_vector<double>({0.0}, {1}));
+  else zero.set("value", Tensor::from_vector<float>({0.0f}, {1}));
   return emit1("ConstantOfShape", {emit1("Shape", {output(i)})}, zero);
 }
 

@@ -27,6 +27,7 @@ struct Session::Plan {
     std::vector<int> inputs;   // slot per input, -1 when absent
     std::vector<int> outputs;  // slot per output, -1 when unused
     std::vector<int> release;  // slots whose last reader is this step
+    std::vector<bool> used;    // per output: read by a later step or a graph output
   };
   std::shared_ptr<Backend> backend;
   std::vector<Tensor> slots;
@@ -51,8 +52,9 @@ namespace {
 
 class StepContext : public KernelContext {
  public:
-  StepContext(std::vector<Tensor>& slots, const std::vector<int>& in, const std::vector<int>& out)
-      : slots_(slots), in_(in), out_(out) {}
+  StepContext(std::vector<Tensor>& slots, const std::vector<int>& in, const std::vector<int>& out,
+              const std::vector<bool>& used)
+      : slots_(slots), in_(in), out_(out), used_(used) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   int num_outputs() const override { return static_cast<int>(out_.size()); }
   const Tensor* input(int i) const override {
@@ -66,7 +68,7 @@ class StepContext : public KernelContext {
     return t;
   }
   void set_output(int i, Tensor value) override { out_slot(i) = std::move(value); }
-  bool output_used(int i) const override { return i < num_outputs() && out_[i] >= 0; }
+  bool output_used(int i) const override { return i < num_outputs() && out_[i] >= 0 && used_[i]; }
 
  private:
   Tensor& out_slot(int i) {
@@ -77,6 +79,7 @@ class StepContext : public KernelContext {
   std::vector<Tensor>& slots_;
   const std::vector<int>& in_;
   const std::vector<int>& out_;
+  const std::vector<bool>& used_;
   Tensor scratch_;  // unused optional outputs land here
 };
 
@@ -140,6 +143,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
       const int s = step.outputs[o];
       info.output_used.push_back(s >= 0 && (last_use[s] >= 0 || keep.count(s)));
     }
+    step.used = info.output_used;
     for (int s : step.inputs)
       info.constant_inputs.push_back(s >= 0 && p.is_constant[s] ? &p.slots[s] : nullptr);
     try {
@@ -200,7 +204,7 @@ NamedTensors Session::run(const NamedTensors& feeds) {
   const Graph& g = model_->graph;
   for (size_t i = 0; i < g.inputs.size(); ++i) p.slots[p.input_slots[i]] = feeds.at(g.inputs[i].name);
   for (auto& step : p.steps) {
-    StepContext ctx(p.slots, step.inputs, step.outputs);
+    StepContext ctx(p.slots, step.inputs, step.outputs, step.used);
     try {
       step.kernel->compute(ctx);
     } catch (const Error& e) {

@@ -29,6 +29,29 @@ OMT_INTERNAL_NO_GRADIENT("NegativeLogLikelihoodLossGrad");
 OMT_INTERNAL_NO_GRADIENT("RNNGrad");
 OMT_INTERNAL_NO_GRADIENT("GRUGrad");
 OMT_INTERNAL_NO_GRADIENT("LSTMGrad");
+OMT_INTERNAL_NO_GRADIENT("BCEWithLogitsLossGrad");
+OMT_INTERNAL_NO_GRADIENT("SumToShape");
+OMT_INTERNAL_NO_GRADIENT("TileGrad");
+OMT_INTERNAL_NO_GRADIENT("ReluGrad");
+OMT_INTERNAL_NO_GRADIENT("SigmoidGrad");
+OMT_INTERNAL_NO_GRADIENT("TanhGrad");
+OMT_INTERNAL_NO_GRADIENT("ActivationGrad");
+OMT_INTERNAL_NO_GRADIENT("PowGrad");
+OMT_INTERNAL_NO_GRADIENT("ExtremumGrad");
+OMT_INTERNAL_NO_GRADIENT("ReduceSumGrad");
+OMT_INTERNAL_NO_GRADIENT("ReduceMeanGrad");
+OMT_INTERNAL_NO_GRADIENT("ReduceMaxGrad");
+OMT_INTERNAL_NO_GRADIENT("ReduceMinGrad");
+OMT_INTERNAL_NO_GRADIENT("ReduceProdGrad");
+OMT_INTERNAL_NO_GRADIENT("SplitLike");
+OMT_INTERNAL_NO_GRADIENT("SliceGrad");
+OMT_INTERNAL_NO_GRADIENT("GatherGrad");
+OMT_INTERNAL_NO_GRADIENT("PadGrad");
+
+// ONNX's own training-domain optimizer ops update parameters; nothing differentiates them.
+static GradientRegistrar omt_preview_momentum("ai.onnx.preview.training", "Momentum", kWhy);
+static GradientRegistrar omt_preview_adam("ai.onnx.preview.training", "Adam", kWhy);
+static GradientRegistrar omt_preview_adagrad("ai.onnx.preview.training", "Adagrad", kWhy);
 
 }  // namespace
 }  // namespace omt

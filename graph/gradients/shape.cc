@@ -139,12 +139,6 @@ OMT_REGISTER_GRADIENT("Pad", [](GradientBuilder& g) {
   g.set_input_grad(0, g.emit1("PadGrad", ins, attrs, kOmtDomain));
 });
 
-}  // namespace
-}  // namespace omt
-
-namespace omt {
-namespace {
-
 // GatherElements: dY scatter-added into zeros shaped like X.
 OMT_REGISTER_GRADIENT("GatherElements", [](GradientBuilder& g) {
   if (!g.wants(0)) return;

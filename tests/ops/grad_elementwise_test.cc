@@ -193,6 +193,20 @@ TEST(GradElementwise, Erf) { check_unary("Erf", rnd({3, 4}, 38, -2.f, 2.f), 138)
 TEST(GradElementwise, ThresholdedRelu) {
   check_unary("ThresholdedRelu", avoid(rnd({3, 4}, 39, -1.f, 2.f), {0.5f}), 139, attr_f("alpha", 0.5f));
 }
+TEST(GradElementwise, Shrink) {
+  AttributeMap a = attr_f("lambd", 0.3f);
+  a.set("bias", 0.1f);
+  check_unary("Shrink", avoid(rnd({3, 4}, 43), {-0.3f, 0.3f}), 143, a);
+}
+TEST(GradElementwise, PRelu) {
+  check("PRelu", {away_from_zero({2, 3, 4}, 44), rnd({3, 1}, 45)}, {0, 1}, 144);
+}
+TEST(GradElementwise, ModFmod) {
+  // A/B stays away from integers, where fmod jumps.
+  AttributeMap a;
+  a.set("fmod", int64_t{1});
+  check("Mod", {f32({2.5f, -1.3f, 0.7f, 3.4f}, {4}), f32({1.1f, 0.9f, 2.0f, -1.5f}, {4})}, {0, 1}, 145, a);
+}
 TEST(GradElementwise, Trigonometric) {
   uint64_t seed = 140;
   for (const char* op : {"Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh"}) {
@@ -378,6 +392,20 @@ TEST(GradReduce, ReduceMaxTiesShareTheGradient) {
                           {f32({1, 6}, {2}), f32({1, 3, 3, 2, 4, 4, 4, 0}, {2, 4}), f32({3, 4}, {2})}, 1, a);
   expect_values(d[0], {2, 4}, {0, 0.5, 0.5, 0, 2, 2, 2, 0});
 }
+TEST(GradReduce, ReduceProd) {
+  AttributeMap a;
+  a.set("axes", std::vector<int64_t>{1});
+  check("ReduceProd", {away_from_zero({2, 3}, 93, 0.5f, 1.5f)}, {0}, 193, a);
+}
+TEST(GradReduce, ReduceProdWithZerosMatchesTorch) {
+  AttributeMap a;
+  a.set("axes", std::vector<int64_t>{1});
+  a.set("keepdims", int64_t{0});
+  // One zero: it gets the product of the others; two zeros: nothing; none: Y / x.
+  const auto d = run_node("ReduceProdGrad", kOmtDomain,
+                          {f32({1, 1, 1}, {3}), f32({0, 2, 3, 0, 0, 5, 1, 2, 4}, {3, 3})}, 1, a);
+  expect_values(d[0], {3, 3}, {6, 0, 0, 0, 0, 0, 8, 4, 2});
+}
 TEST(GradReduce, ReduceSumSquare) {
   AttributeMap a;
   a.set("axes", std::vector<int64_t>{1});
@@ -402,7 +430,9 @@ TEST(GradElementwise, EveryOpOfTheFamilyIsKnown) {
   const char* with_rule[] = {
       "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Relu",
       "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Softplus", "Tanh", "Erf", "Clip", "Max",
-      "Min", "Sum", "Mean", "Where", "Identity", "Cast", "ReduceMean", "ReduceSum", "ReduceMax"};
+      "Min", "Sum", "Mean", "Where", "Identity", "Cast", "ReduceMean", "ReduceSum", "ReduceMax",
+      "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+      "ReduceSumSquare", "PRelu", "Mod", "Shrink", "Celu", "HardSwish", "Softsign", "CastLike"};
   const char* without[] = {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "Equal", "Greater",
                            "Less", "GreaterOrEqual", "LessOrEqual", "Not", "And", "Or", "Xor", "ArgMax",
                            "ArgMin", "Floor", "Ceil", "Round", "Sign", "IsNaN", "IsInf", "EyeLike",

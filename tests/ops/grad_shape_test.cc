@@ -101,9 +101,34 @@ TEST(GradShape, PadReflect) {
   check("Pad", {rnd({3, 4}, 28), i64({2, 1, 1, 3})}, {0}, 225, a);
 }
 
+TEST(GradShape, TriluUpperWithK) { check("Trilu", {rnd({3, 4}, 29), Tensor::scalar<int64_t>(1)}, {0}, 226); }
+TEST(GradShape, TriluLower) { check("Trilu", {rnd({2, 3, 3}, 30)}, {0}, 227, attr_i("upper", 0)); }
+TEST(GradShape, CumSum) { check("CumSum", {rnd({3, 4}, 31), Tensor::scalar<int64_t>(1)}, {0}, 228); }
+TEST(GradShape, CumSumExclusiveReverse) {
+  AttributeMap a;
+  a.set("exclusive", int64_t{1});
+  a.set("reverse", int64_t{1});
+  check("CumSum", {rnd({4, 3}, 32), Tensor::scalar<int64_t>(0)}, {0}, 229, a);
+}
+TEST(GradShape, DepthToSpace) { check("DepthToSpace", {rnd({1, 8, 2, 3}, 33)}, {0}, 230, attr_i("blocksize", 2)); }
+TEST(GradShape, SpaceToDepth) { check("SpaceToDepth", {rnd({2, 2, 4, 6}, 34)}, {0}, 231, attr_i("blocksize", 2)); }
+TEST(GradShape, GatherElementsRepeatedIndices) {
+  check("GatherElements", {rnd({3, 4}, 35), i64({0, 2, 2, 1, 0, 0}, {3, 2})}, {0}, 232, attr_i("axis", 1));
+}
+TEST(GradShape, ScatterElementsNone) {
+  check("ScatterElements", {rnd({3, 3}, 36), i64({1, 0, 2, 0, 2, 1}, {2, 3}), rnd({2, 3}, 37)}, {0, 2}, 233);
+}
+TEST(GradShape, ScatterElementsAdd) {
+  AttributeMap a;
+  a.set("reduction", std::string("add"));
+  a.set("axis", int64_t{1});
+  check("ScatterElements", {rnd({2, 3}, 38), i64({1, 1, 0, 2, 2, 2}, {2, 3}), rnd({2, 3}, 39)}, {0, 2}, 234, a);
+}
+
 TEST(GradShape, EveryOpOfTheFamilyHasARule) {
   for (const char* op : {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
-                         "Slice", "Gather", "Expand", "Tile", "Pad"})
+                         "Slice", "Gather", "Expand", "Tile", "Pad", "GatherElements", "ScatterElements",
+                         "Trilu", "CumSum", "DepthToSpace", "SpaceToDepth"})
     EXPECT_NE(GradientRegistry::instance().find("", op), nullptr) << op;
 }
 
