@@ -50,6 +50,20 @@ bool parse_int(const std::string& s, int64_t* out) {
   OMT_FAIL(kInvalidArgument, "learning-rate schedule '", spec, "': ", why, "; ", kValidForms);
 }
 
+// The shortest decimal that reads back as the same float ("0.1", not "0.100000001").
+std::string float_str(float v) {
+  for (int precision = 6; precision < 9; ++precision) {
+    std::ostringstream os;
+    os.precision(precision);
+    os << v;
+    if (std::strtof(os.str().c_str(), nullptr) == v) return os.str();
+  }
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
 }  // namespace
 
 LrSchedule LrSchedule::parse(const std::string& spec, float base_lr, int64_t warmup_steps) {
@@ -132,17 +146,16 @@ float LrSchedule::lr_at(int64_t step, int64_t epoch, int64_t steps_per_epoch,
 
 std::string LrSchedule::str() const {
   std::ostringstream os;
-  os.precision(9);
   switch (kind) {
     case Kind::kConstant:
       os << "constant";
       break;
     case Kind::kStep:
-      os << "step:" << step_every << ":" << gamma;
+      os << "step:" << step_every << ":" << float_str(gamma);
       break;
     case Kind::kCosine:
       os << "cosine";
-      if (min_lr != 0.f) os << ":" << min_lr;
+      if (min_lr != 0.f) os << ":" << float_str(min_lr);
       break;
   }
   if (warmup_steps > 0) os << ",warmup:" << warmup_steps;

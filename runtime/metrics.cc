@@ -368,11 +368,12 @@ void ProgressBar::update(int64_t steps_done, int64_t samples_done, double runnin
 
 void ProgressBar::update(int64_t steps_done, int64_t samples_done, double running_loss,
                          double elapsed_s) {
-  if (finished_ || out_ == nullptr) return;
+  if (finished_) return;
   steps_done_ = steps_done;
   samples_done_ = samples_done;
   loss_ = running_loss;
   elapsed_s_ = elapsed_s;
+  if (out_ == nullptr) return;
   const bool last = steps_ > 0 && steps_done >= steps_;
   if (interactive_) {
     if (last || last_draw_s_ < 0 || elapsed_s - last_draw_s_ >= kRedrawSeconds) draw(false);

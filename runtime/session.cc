@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -36,6 +37,7 @@ struct Session::Plan {
   std::vector<int> input_slots;   // per graph input
   std::vector<int> output_slots;  // per graph output
   std::vector<Step> steps;
+  std::map<int, Tensor> bound;    // slot -> caller-owned buffer the producer writes into
 
   int slot(const std::string& name) {
     auto it = slot_of.find(name);
@@ -53,8 +55,8 @@ namespace {
 class StepContext : public KernelContext {
  public:
   StepContext(std::vector<Tensor>& slots, const std::vector<int>& in, const std::vector<int>& out,
-              const std::vector<bool>& used)
-      : slots_(slots), in_(in), out_(out), used_(used) {}
+              const std::vector<bool>& used, const std::map<int, Tensor>& bound)
+      : slots_(slots), in_(in), out_(out), used_(used), bound_(bound) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   int num_outputs() const override { return static_cast<int>(out_.size()); }
   const Tensor* input(int i) const override {
@@ -64,10 +66,24 @@ class StepContext : public KernelContext {
   }
   Tensor& output(int i, DType dtype, const Shape& shape) override {
     Tensor& t = out_slot(i);
-    t = Tensor::empty(dtype, shape);
+    if (const Tensor* b = bound(i)) {
+      OMT_CHECK(b->dtype() == dtype && b->numel() == shape_numel(shape), kInternal,
+                "bound buffer ", b->describe(), " does not fit output ", dtype_name(dtype), shape_str(shape));
+      t = b->reshaped(shape);
+    } else {
+      t = Tensor::empty(dtype, shape);
+    }
     return t;
   }
-  void set_output(int i, Tensor value) override { out_slot(i) = std::move(value); }
+  void set_output(int i, Tensor value) override {
+    if (const Tensor* b = bound(i)) {
+      OMT_CHECK(b->dtype() == value.dtype() && b->numel() == value.numel(), kInternal,
+                "bound buffer ", b->describe(), " does not fit output ", value.describe());
+      if (!b->same_storage(value) && value.nbytes()) std::memcpy(const_cast<void*>(b->raw()), value.raw(), value.nbytes());
+      value = b->reshaped(value.shape());
+    }
+    out_slot(i) = std::move(value);
+  }
   bool output_used(int i) const override { return i < num_outputs() && out_[i] >= 0 && used_[i]; }
 
  private:
@@ -79,7 +95,13 @@ class StepContext : public KernelContext {
   std::vector<Tensor>& slots_;
   const std::vector<int>& in_;
   const std::vector<int>& out_;
+  const Tensor* bound(int i) const {
+    if (i >= num_outputs() || out_[i] < 0) return nullptr;
+    auto it = bound_.find(out_[i]);
+    return it == bound_.end() ? nullptr : &it->second;
+  }
   const std::vector<bool>& used_;
+  const std::map<int, Tensor>& bound_;
   Tensor scratch_;  // unused optional outputs land here
 };
 
@@ -198,13 +220,24 @@ void Session::check_feeds(const NamedTensors& feeds) const {
   }
 }
 
-NamedTensors Session::run(const NamedTensors& feeds) {
+void Session::bind_output(const std::string& value, Tensor buffer) {
+  auto it = plan_->slot_of.find(value);
+  OMT_ASSERT(it != plan_->slot_of.end(), "bind_output: no value named '", value, "'");
+  plan_->bound[it->second] = std::move(buffer);
+}
+
+int Session::num_nodes() const { return static_cast<int>(plan_->steps.size()); }
+const Node& Session::node(int i) const { return *plan_->steps[i].node; }
+
+NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   check_feeds(feeds);
   Plan& p = *plan_;
   const Graph& g = model_->graph;
   for (size_t i = 0; i < g.inputs.size(); ++i) p.slots[p.input_slots[i]] = feeds.at(g.inputs[i].name);
-  for (auto& step : p.steps) {
-    StepContext ctx(p.slots, step.inputs, step.outputs, step.used);
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    auto& step = p.steps[k];
+    if (hooks && hooks->before_node) hooks->before_node(static_cast<int>(k));
+    StepContext ctx(p.slots, step.inputs, step.outputs, step.used, p.bound);
     try {
       step.kernel->compute(ctx);
     } catch (const Error& e) {
@@ -213,6 +246,7 @@ NamedTensors Session::run(const NamedTensors& feeds) {
       throw Error(e.kind(), str_cat(step.node->where(), ": ", msg));
     }
     for (int s : step.release) p.slots[s] = Tensor();
+    if (hooks && hooks->after_node) hooks->after_node(static_cast<int>(k));
   }
   NamedTensors out;
   for (size_t i = 0; i < g.outputs.size(); ++i) {

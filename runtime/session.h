@@ -3,6 +3,7 @@
 // per replica thread; several Sessions may share one Model (initializers are shared, read-only).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,13 @@ struct SessionOptions {
   int num_threads = 1;  // threads a kernel may use (the replica's share of the cores)
 };
 
+// Callbacks around each node of a run, on the running thread (the scheduler starts bucket
+// all-reduces and waits on them from here; the tracer times kernels).
+struct RunHooks {
+  std::function<void(int node)> before_node;
+  std::function<void(int node)> after_node;
+};
+
 class Session {
  public:
   // Builds the plan. Throws kUnsupported listing every op the backend lacks, all at once.
@@ -28,7 +36,16 @@ class Session {
 
   // Checks `feeds` against the graph inputs (names, dtypes, ranks, fixed and symbolic dims;
   // kInvalidArgument naming both sides), runs every node, and returns the graph outputs.
-  NamedTensors run(const NamedTensors& feeds);
+  NamedTensors run(const NamedTensors& feeds, const RunHooks* hooks = nullptr);
+
+  // Makes the node that produces `value` write it into `buffer` (same dtype and element
+  // count; e.g. a gradient's slot in a bucket buffer) instead of fresh memory. The buffer
+  // must outlive the Session's runs.
+  void bind_output(const std::string& value, Tensor buffer);
+
+  // Nodes in run order (the graph's node order).
+  int num_nodes() const;
+  const Node& node(int i) const;
 
   const Model& model() const { return *model_; }
   const SessionOptions& options() const { return options_; }

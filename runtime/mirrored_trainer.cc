@@ -1,0 +1,501 @@
+#include "runtime/mirrored_trainer.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "common/file_util.h"
+
+namespace omt {
+
+int64_t ReplicaBatch::size() const {
+  for (const auto& n : inputs.names()) return inputs.at(n).rank() ? inputs.at(n).dim(0) : 1;
+  return labels.defined() && labels.rank() ? labels.dim(0) : 0;
+}
+
+// Note [Step schedule]: a step runs on every local replica thread at once:
+//  1. backward graph on the replica's shard, seeded with d(loss) = n_replica / n_global so
+//     that summing gradients gives the gradient of the mean over the global batch. After
+//     the node that finishes a bucket's last gradient, the replica "arrives" at the bucket;
+//     the last local replica to arrive sums the bucket over local replicas into replica 0's
+//     buffer and starts its all-reduce over processes (asynchronous), then goes on with its
+//     own backward. With --no-overlap replicas arrive only after the whole backward.
+//  2. update graph: before each optimizer node the replica waits for that node's bucket.
+//     The first replica to find the bucket's all-reduce in flight waits for it and copies
+//     the result into the other replicas' buffers.
+//  3. the driver thread averages BatchNorm statistics over replicas and sums the loss.
+// Every wait has the trainer's timeout and wakes at once when another replica fails.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TraceEvent {
+  std::string name;
+  const char* category;
+  double start_us, duration_us;
+  int tid;
+};
+
+uint64_t fnv1a(const void* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+void pin_to_core(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  sched_setaffinity(0, sizeof set, &set);  // best effort: a restricted cpuset just says no
+}
+
+}  // namespace
+
+struct MirroredTrainer::Impl {
+  enum class BucketState { kPending, kInFlight, kDone };
+  struct BucketSync {
+    int arrived = 0;
+    BucketState state = BucketState::kPending;
+    bool finishing = false;
+    std::shared_ptr<Work> work;
+  };
+  struct Replica {
+    std::unique_ptr<Session> backward, update;
+    NamedTensors params, state;
+    std::vector<Tensor> buckets;
+    std::vector<TraceEvent> events;
+    double compute_ms = 0, exposed_ms = 0;
+    double loss = 0;
+    NamedTensors outputs;
+  };
+
+  std::shared_ptr<const Model> model;
+  TrainingGraph tg;
+  MirrorPlan plan;
+  MirrorOptions opt;
+  int R = 1;
+  std::vector<Replica> reps;
+  std::vector<std::vector<int>> ready_after;  // backward node -> buckets finished by it
+  int64_t steps = 0;
+  Clock::time_point origin = Clock::now();
+
+  // Per-step synchronisation.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<BucketSync> sync;
+  bool aborted = false;
+  std::exception_ptr first_error;
+  double comm_ms = 0;  // guarded by mu
+  std::vector<TraceEvent> comm_events;  // guarded by mu
+
+  // Persistent replica threads.
+  std::vector<std::thread> threads;
+  std::mutex pool_mu;
+  std::condition_variable pool_cv, done_cv;
+  uint64_t generation = 0;
+  int running = 0;
+  bool stopping = false;
+  const std::vector<ReplicaBatch>* batches = nullptr;
+  int64_t global_samples = 0;
+  float lr = 0;
+
+  double now_us() const { return std::chrono::duration<double, std::micro>(Clock::now() - origin).count(); }
+
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!first_error) first_error = e;
+    aborted = true;
+    cv.notify_all();
+  }
+
+  [[noreturn]] void throw_aborted() {
+    OMT_FAIL(kCommunication, "step stopped because another replica failed");
+  }
+
+  // Sums bucket b over local replicas into replica 0's buffer and starts its all-reduce.
+  void reduce_bucket(int b) {
+    const double t0 = now_us();
+    float* dst = reps[0].buckets[b].data<float>();
+    const int64_t n = reps[0].buckets[b].numel();
+    for (int r = 1; r < R; ++r) {
+      const float* src = reps[r].buckets[b].data<float>();
+      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+    }
+    std::shared_ptr<Work> work;
+    if (opt.comm && opt.comm->size() > 1) work = opt.comm->allreduce(dst, static_cast<size_t>(n), DType::kFloat32, ReduceOp::kSum);
+    else distribute(b);
+    const double t1 = now_us();
+    std::lock_guard<std::mutex> lock(mu);
+    comm_ms += (t1 - t0) / 1000.0;
+    if (opt.trace) comm_events.push_back({"local reduce bucket " + std::to_string(b), "comm", t0, t1 - t0, R});
+    sync[b].work = work;
+    sync[b].state = work ? BucketState::kInFlight : BucketState::kDone;
+    cv.notify_all();
+  }
+
+  // Copies replica 0's reduced bucket into the other replicas' buffers.
+  void distribute(int b) {
+    const Tensor& src = reps[0].buckets[b];
+    for (int r = 1; r < R; ++r) std::memcpy(reps[r].buckets[b].raw(), src.raw(), src.nbytes());
+  }
+
+  void arrive(int b) {
+    bool last;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (aborted) throw_aborted();
+      last = ++sync[b].arrived == R;
+    }
+    if (last) reduce_bucket(b);
+  }
+
+  void wait_bucket(int b, int r) {
+    const double t0 = now_us();
+    std::unique_lock<std::mutex> lock(mu);
+    const auto deadline = Clock::now() + opt.timeout;
+    while (sync[b].state != BucketState::kDone) {
+      if (aborted) throw_aborted();
+      if (sync[b].state == BucketState::kInFlight && !sync[b].finishing) {
+        sync[b].finishing = true;
+        std::shared_ptr<Work> work = sync[b].work;
+        lock.unlock();
+        const double w0 = now_us();
+        work->wait(opt.timeout);  // throws a communication error naming the missing peer
+        distribute(b);
+        const double w1 = now_us();
+        lock.lock();
+        comm_ms += (w1 - w0) / 1000.0;
+        if (opt.trace) comm_events.push_back({"all-reduce bucket " + std::to_string(b) + " (wait)", "comm", w0, w1 - w0, R});
+        sync[b].state = BucketState::kDone;
+        cv.notify_all();
+        break;
+      }
+      if (cv.wait_until(lock, deadline) == std::cv_status::timeout && sync[b].state != BucketState::kDone)
+        OMT_FAIL(kCommunication, "replica ", r, " waited ", opt.timeout.count() / 1000.0, " s for bucket ", b,
+                 " (", sync[b].arrived, " of ", R, " local replicas finished it); a replica is stuck");
+    }
+    const double t1 = now_us();
+    reps[r].exposed_ms += (t1 - t0) / 1000.0;
+    if (opt.trace && t1 - t0 > 1) reps[r].events.push_back({"wait bucket " + std::to_string(b), "wait", t0, t1 - t0, r});
+  }
+
+  void run_replica(int r) {
+    Replica& rep = reps[r];
+    const ReplicaBatch& batch = (*batches)[r];
+    const int64_t n = batch.size();
+    rep.compute_ms = rep.exposed_ms = 0;
+    rep.loss = 0;
+    rep.outputs = NamedTensors();
+    const double start = now_us();
+    double kernel_start = 0;
+    RunHooks bw_hooks;
+    if (opt.trace) bw_hooks.before_node = [&](int) { kernel_start = now_us(); };
+    bw_hooks.after_node = [&](int k) {
+      if (opt.trace) rep.events.push_back({rep.backward->node(k).name, "kernel", kernel_start, now_us() - kernel_start, r});
+      if (opt.overlap)
+        for (int b : ready_after[k]) arrive(b);
+    };
+    if (n > 0) {
+      NamedTensors f;
+      for (const auto& name : tg.data_inputs) f.set(name, batch.inputs.at(name));
+      if (!tg.labels.empty()) f.set(tg.labels, batch.labels);
+      f.set(tg.loss_scale, Tensor::scalar<float>(static_cast<float>(static_cast<double>(n) / global_samples)));
+      for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
+      for (const auto& s : plan.batchnorm_states) f.set(s, rep.state.at(s));
+      NamedTensors out = rep.backward->run(f, &bw_hooks);
+      rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_samples);
+      for (const auto& s : tg.states)
+        if (out.has(s.updated)) rep.state.at(s.name) = out.at(s.updated);
+      for (const auto& o : model->graph.outputs) rep.outputs.set(o.name, out.at(o.name));
+      if (!opt.overlap)
+        for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b));
+    } else {
+      for (auto& b : rep.buckets) std::memset(b.raw(), 0, b.nbytes());
+      for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b));
+    }
+    const double backward_end = now_us();
+
+    RunHooks up_hooks;
+    up_hooks.before_node = [&](int j) {
+      wait_bucket(plan.update_node_bucket[j], r);
+      kernel_start = now_us();
+    };
+    if (opt.trace)
+      up_hooks.after_node = [&](int j) {
+        rep.events.push_back({rep.update->node(j).name, "kernel", kernel_start, now_us() - kernel_start, r});
+      };
+    NamedTensors f;
+    f.set(tg.lr, Tensor::scalar<float>(lr));
+    f.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
+    for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
+    for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], grad_view(rep, k));
+    for (const auto& s : tg.states)
+      if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
+    NamedTensors out = rep.update->run(f, &up_hooks);
+    for (const auto& p : tg.params) rep.params.at(p.name) = out.at(p.updated);
+    for (const auto& s : tg.states)
+      if (out.has(s.updated)) rep.state.at(s.name) = out.at(s.updated);
+    const double end = now_us();
+    rep.compute_ms = (end - start) / 1000.0 - rep.exposed_ms;
+    (void)backward_end;
+  }
+
+  Tensor grad_view(Replica& rep, size_t k) {
+    const std::string& param = tg.params[k].name;
+    for (size_t b = 0; b < plan.buckets.buckets.size(); ++b)
+      for (const auto& s : plan.buckets.buckets[b].slots)
+        if (s.param == param) {
+          const Tensor& p = rep.params.at(param);
+          return Tensor::wrap(DType::kFloat32, p.shape(), rep.buckets[b].data<float>() + s.offset,
+                              std::make_shared<Tensor>(rep.buckets[b]));
+        }
+    OMT_ASSERT(false, "parameter '", param, "' is in no bucket");
+  }
+
+  void thread_main(int r) {
+    if (opt.pin_threads) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      if (R * opt.threads_per_replica <= cores) pin_to_core((r * opt.threads_per_replica) % cores);
+    }
+    omp_set_num_threads(opt.threads_per_replica);
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(pool_mu);
+        pool_cv.wait(lock, [&] { return stopping || generation != seen; });
+        if (stopping) return;
+        seen = generation;
+      }
+      try {
+        run_replica(r);
+      } catch (...) {
+        fail(std::current_exception());
+      }
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (--running == 0) done_cv.notify_all();
+    }
+  }
+};
+
+MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const TrainingSpec& spec,
+                                 const MirrorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.model = std::move(model);
+  m.opt = options;
+  m.R = options.replicas;
+  OMT_CHECK(m.R >= 1, kInvalidArgument, "--replicas must be at least 1, got ", m.R);
+  TrainingSpec s = spec;
+  s.with_optimizer = true;
+  m.tg = build_training_graph(*m.model, s);
+  m.plan = plan_mirror(m.tg, options.bucket_cap_bytes, options.first_bucket_bytes);
+  auto backward = std::make_shared<const Model>(m.plan.backward);
+  auto update = std::make_shared<const Model>(m.plan.update);
+  SessionOptions so = options.session;
+  so.num_threads = options.threads_per_replica;
+  m.ready_after.assign(m.plan.backward.graph.nodes.size(), {});
+  for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
+    m.ready_after[m.plan.buckets.buckets[b].ready_node].push_back(static_cast<int>(b));
+  m.reps.resize(static_cast<size_t>(m.R));
+  for (auto& rep : m.reps) {
+    rep.backward = std::make_unique<Session>(backward, so);
+    rep.update = std::make_unique<Session>(update, so);
+    for (const auto& p : m.tg.params) rep.params.set(p.name, m.model->graph.initializers.at(p.name).clone());
+    for (const auto& st : m.tg.states) rep.state.set(st.name, st.initial.clone());
+    for (const auto& b : m.plan.buckets.buckets) rep.buckets.push_back(Tensor::zeros(DType::kFloat32, {b.elements}));
+    for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
+      for (const auto& slot : m.plan.buckets.buckets[b].slots) {
+        const Tensor& p = rep.params.at(slot.param);
+        rep.backward->bind_output(slot.grad, Tensor::wrap(DType::kFloat32, p.shape(),
+                                                          rep.buckets[b].data<float>() + slot.offset,
+                                                          std::make_shared<Tensor>(rep.buckets[b])));
+      }
+  }
+  // Parameters start equal everywhere: broadcast process 0's (MirroredStrategy semantics).
+  if (m.opt.comm && m.opt.comm->size() > 1) {
+    for (const auto& p : m.tg.params) {
+      Tensor& t = m.reps[0].params.at(p.name);
+      m.opt.comm->broadcast(t.raw(), static_cast<size_t>(t.numel()), t.dtype(), 0)->wait(m.opt.timeout);
+      for (int r = 1; r < m.R; ++r) std::memcpy(m.reps[r].params.at(p.name).raw(), t.raw(), t.nbytes());
+    }
+  }
+  for (int r = 0; r < m.R; ++r) m.threads.emplace_back([this, r] { impl_->thread_main(r); });
+}
+
+MirroredTrainer::~MirroredTrainer() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->pool_mu);
+    impl_->stopping = true;
+  }
+  impl_->pool_cv.notify_all();
+  for (auto& t : impl_->threads) t.join();
+}
+
+int MirroredTrainer::local_replicas() const { return impl_->R; }
+int MirroredTrainer::world_size() const {
+  return impl_->R * (impl_->opt.comm ? impl_->opt.comm->size() : 1);
+}
+int MirroredTrainer::first_global_replica() const {
+  return impl_->R * (impl_->opt.comm ? impl_->opt.comm->rank() : 0);
+}
+
+MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr) {
+  Impl& m = *impl_;
+  OMT_CHECK(static_cast<int>(local.size()) == m.R, kInvalidArgument, "step got ", local.size(),
+            " shards for ", m.R, " local replicas");
+  OMT_CHECK(global_samples > 0, kInvalidArgument, "a global batch needs at least one sample");
+  const double t0 = m.now_us();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.sync.assign(m.plan.buckets.buckets.size(), Impl::BucketSync());
+    m.aborted = false;
+    m.first_error = nullptr;
+    m.comm_ms = 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.pool_mu);
+    m.batches = &local;
+    m.global_samples = global_samples;
+    m.lr = lr;
+    m.running = m.R;
+    ++m.generation;
+  }
+  m.pool_cv.notify_all();
+  {
+    std::unique_lock<std::mutex> lock(m.pool_mu);
+    m.done_cv.wait(lock, [&] { return m.running == 0; });
+  }
+  if (m.first_error) std::rethrow_exception(m.first_error);
+
+  MirroredStepResult result;
+  result.samples = global_samples;
+  // Loss and BatchNorm statistics: summed / averaged over local replicas, then processes.
+  std::vector<float> packed = {0.0f};
+  for (auto& rep : m.reps) packed[0] += static_cast<float>(rep.loss);
+  for (const auto& s : m.plan.batchnorm_states) {
+    const int64_t n = m.reps[0].state.at(s).numel();
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (auto& rep : m.reps) sum += rep.state.at(s).data<float>()[i];
+      packed.push_back(static_cast<float>(sum / m.R));
+    }
+  }
+  if (m.opt.comm && m.opt.comm->size() > 1) {
+    const float procs = static_cast<float>(m.opt.comm->size());
+    m.opt.comm->allreduce(packed.data(), packed.size(), DType::kFloat32, ReduceOp::kSum)->wait(m.opt.timeout);
+    for (size_t i = 1; i < packed.size(); ++i) packed[i] /= procs;
+  }
+  result.loss = packed[0];
+  size_t pos = 1;
+  for (const auto& s : m.plan.batchnorm_states) {
+    const int64_t n = m.reps[0].state.at(s).numel();
+    for (auto& rep : m.reps) {
+      Tensor fresh = Tensor::empty(DType::kFloat32, rep.state.at(s).shape());
+      std::memcpy(fresh.raw(), packed.data() + pos, static_cast<size_t>(n) * 4);
+      rep.state.at(s) = fresh;
+    }
+    pos += static_cast<size_t>(n);
+  }
+  for (auto& rep : m.reps) {
+    result.outputs.push_back(rep.outputs);
+    result.timing.compute_ms += rep.compute_ms / m.R;
+    result.timing.exposed_comm_ms += rep.exposed_ms / m.R;
+  }
+  result.timing.comm_ms = m.comm_ms;
+  result.timing.step_ms = (m.now_us() - t0) / 1000.0;
+  ++m.steps;
+  return result;
+}
+
+void MirroredTrainer::check_consistency() {
+  Impl& m = *impl_;
+  const auto& params = m.tg.params;
+  std::vector<int64_t> mine(params.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor& t0 = m.reps[0].params.at(params[k].name);
+    mine[k] = static_cast<int64_t>(fnv1a(t0.raw(), t0.nbytes()));
+    for (int r = 1; r < m.R; ++r) {
+      const Tensor& t = m.reps[r].params.at(params[k].name);
+      OMT_CHECK(fnv1a(t.raw(), t.nbytes()) == static_cast<uint64_t>(mine[k]), kInternal,
+                "replicas diverged: parameter '", params[k].name, "' differs between replica ",
+                first_global_replica(), " and replica ", first_global_replica() + r,
+                " after step ", m.steps, ". This is a bug in onnx-mirror; please report it.");
+    }
+  }
+  if (m.opt.comm && m.opt.comm->size() > 1) {
+    const int P = m.opt.comm->size();
+    std::vector<int64_t> all(params.size() * static_cast<size_t>(P));
+    m.opt.comm->allgather(mine.data(), all.data(), mine.size(), DType::kInt64)->wait(m.opt.timeout);
+    for (int p = 0; p < P; ++p)
+      for (size_t k = 0; k < params.size(); ++k)
+        OMT_CHECK(all[p * params.size() + k] == all[k], kInternal, "replicas diverged: parameter '",
+                  params[k].name, "' differs between replica 0 (process 0) and replica ", p * m.R,
+                  " (process ", p, ") after step ", m.steps, ". This is a bug in onnx-mirror; please report it.");
+  }
+}
+
+const NamedTensors& MirroredTrainer::parameters() const { return impl_->reps[0].params; }
+const NamedTensors& MirroredTrainer::state() const { return impl_->reps[0].state; }
+int64_t MirroredTrainer::steps_done() const { return impl_->steps; }
+const MirrorPlan& MirroredTrainer::plan() const { return impl_->plan; }
+const TrainingGraph& MirroredTrainer::training_graph() const { return impl_->tg; }
+
+void MirroredTrainer::load(const NamedTensors& params, const NamedTensors& state, int64_t steps_done) {
+  Impl& m = *impl_;
+  for (auto& rep : m.reps) {
+    for (const auto& n : rep.params.names()) {
+      OMT_CHECK(params.has(n), kInvalidArgument, "the checkpoint has no parameter '", n, "'");
+      OMT_CHECK(params.at(n).shape() == rep.params.at(n).shape(), kInvalidArgument, "parameter '", n,
+                "' is ", params.at(n).describe(), " in the checkpoint but ", rep.params.at(n).describe(), " in the model");
+      rep.params.at(n) = params.at(n).clone();
+    }
+    for (const auto& n : rep.state.names()) {
+      OMT_CHECK(state.has(n), kInvalidArgument, "the checkpoint has no optimizer/normalisation state '", n,
+                "' (was it written with another optimizer?)");
+      rep.state.at(n) = state.at(n).clone();
+    }
+  }
+  m.steps = steps_done;
+}
+
+Model MirroredTrainer::trained_model() const {
+  const Impl& m = *impl_;
+  Model out = *m.model;
+  for (const auto& p : m.tg.params) out.graph.initializers.at(p.name) = m.reps[0].params.at(p.name).clone();
+  for (const auto& s : m.plan.batchnorm_states) out.graph.initializers.at(s) = m.reps[0].state.at(s).clone();
+  return out;
+}
+
+void MirroredTrainer::write_trace(const std::string& path) const {
+  const Impl& m = *impl_;
+  const int pid = m.opt.comm ? m.opt.comm->rank() : 0;
+  std::string json = "{\"traceEvents\":[\n";
+  bool first = true;
+  auto add = [&](const TraceEvent& e) {
+    std::string name;
+    for (char c : e.name) name += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    json += str_cat(first ? "" : ",\n", "{\"name\":\"", name, "\",\"cat\":\"", e.category,
+                    "\",\"ph\":\"X\",\"ts\":", static_cast<int64_t>(e.start_us), ",\"dur\":",
+                    std::max<int64_t>(1, static_cast<int64_t>(e.duration_us)), ",\"pid\":", pid, ",\"tid\":", e.tid, "}");
+    first = false;
+  };
+  for (const auto& rep : m.reps)
+    for (const auto& e : rep.events) add(e);
+  for (const auto& e : m.comm_events) add(e);
+  for (int r = 0; r <= m.R; ++r)
+    json += str_cat(",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", r,
+                    ",\"args\":{\"name\":\"", r < m.R ? "replica " + std::to_string(r) : std::string("communication"), "\"}}");
+  json += "\n]}\n";
+  write_file_atomic(path, json);
+}
+
+}  // namespace omt

@@ -1,0 +1,101 @@
+// MirroredTrainer: data-parallel training with MirroredStrategy semantics and DDP-style
+// overlap. This process runs `replicas` local replicas, one persistent thread each (pinned to
+// its share of the cores); with a communicator, several processes join one world of
+// processes x replicas. Each replica holds its own copy of the parameters, runs the backward
+// graph of the mirror plan on its shard of the global batch, and writes every gradient
+// straight into its bucket slot. When the last local replica finishes a bucket, that bucket
+// is summed across local replicas (shared memory) and then across processes (the
+// communicator) while backward goes on; each replica's optimizer update of a bucket waits
+// only for that bucket (Note [Step schedule] in mirrored_trainer.cc).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "graph/mirror.h"
+#include "runtime/session.h"
+
+namespace omt {
+
+struct MirrorOptions {
+  int replicas = 1;             // local replicas (threads) in this process
+  int threads_per_replica = 1;  // kernel threads per replica
+  std::shared_ptr<Communicator> comm;  // the process group; null for one process
+  int64_t bucket_cap_bytes = 25 << 20;
+  int64_t first_bucket_bytes = 1 << 20;
+  bool overlap = true;          // false: all-reduce only after the whole backward (--no-overlap)
+  bool pin_threads = true;
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  bool trace = false;           // record a Chrome-trace timeline (write_trace)
+  SessionOptions session;       // device
+};
+
+// One local replica's shard of a global batch (may hold 0 samples).
+struct ReplicaBatch {
+  NamedTensors inputs;  // one array per model input, batch first
+  Tensor labels;
+  int64_t size() const;
+};
+
+// Where the time of a step went, per replica, in milliseconds (averaged over local replicas).
+struct StepTiming {
+  double step_ms = 0;           // wall time of the whole step
+  double compute_ms = 0;        // forward + backward + update kernels
+  double comm_ms = 0;           // bucket reductions (local sum + all-reduce), on any thread
+  double exposed_comm_ms = 0;   // time replicas waited for buckets (communication not hidden)
+};
+
+struct MirroredStepResult {
+  double loss = 0;              // mean over the global batch
+  int64_t samples = 0;          // in the global batch
+  std::vector<NamedTensors> outputs;  // the model's outputs, per local replica
+  StepTiming timing;
+};
+
+class MirroredTrainer {
+ public:
+  MirroredTrainer(std::shared_ptr<const Model> model, const TrainingSpec& spec,
+                  const MirrorOptions& options);
+  ~MirroredTrainer();
+  MirroredTrainer(const MirroredTrainer&) = delete;
+  MirroredTrainer& operator=(const MirroredTrainer&) = delete;
+
+  int local_replicas() const;
+  int world_size() const;       // processes x local replicas
+  int first_global_replica() const;  // global index of local replica 0
+
+  // One synchronous training step. `local[r]` is local replica r's shard; `global_samples`
+  // is the size of the global batch over all replicas of all processes. Loss and gradients
+  // are normalised by the real global count, so the update equals one replica's on the
+  // whole batch. Throws (on every process) when a replica or peer fails; never hangs past
+  // the timeout.
+  MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr);
+
+  // Compares a checksum of every parameter across all replicas of all processes; throws
+  // kInternal naming the first diverging parameter and the replicas that disagree.
+  void check_consistency();
+
+  // Replica 0's parameters and state (optimizer buffers, BatchNorm statistics), by name.
+  const NamedTensors& parameters() const;
+  const NamedTensors& state() const;
+  // Overwrites every replica's parameters and state (resume from a checkpoint).
+  void load(const NamedTensors& params, const NamedTensors& state, int64_t steps_done);
+  int64_t steps_done() const;
+
+  // The inference model with the trained parameters and BatchNorm statistics.
+  Model trained_model() const;
+  const MirrorPlan& plan() const;
+  const TrainingGraph& training_graph() const;
+
+  // Chrome-trace JSON (chrome://tracing, Perfetto) of the steps recorded so far.
+  void write_trace(const std::string& path) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace omt
