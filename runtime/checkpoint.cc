@@ -68,13 +68,16 @@ std::vector<int64_t> list_steps(const std::string& dir) {
   return steps;
 }
 
-std::string available_hint(const std::string& dir) {
-  const std::vector<int64_t> steps = list_steps(dir);
-  if (steps.empty()) return str_cat(" No other checkpoint is in '", dir, "'.");
+// Names the checkpoints in `dir` other than `except` (newest first), to resume from instead.
+std::string available_hint(const std::string& dir, int64_t except = -1) {
   std::string names;
+  const std::vector<int64_t> steps = list_steps(dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-    names += (names.empty() ? "" : ", ") + stem_for(*it) + ".json";
-  return str_cat(" Checkpoints in '", dir, "': ", names, "; resume from one of them by path.");
+    if (*it != except) names += (names.empty() ? "" : ", ") + stem_for(*it) + ".json";
+  const char* other = except >= 0 ? "other " : "";
+  if (names.empty()) return str_cat(" There is no ", other, "ckpt-<step>.json in '", dir, "'.");
+  return str_cat(" The ", other, "checkpoints in '", dir, "', newest first: ", names,
+                 "; resume from one of them by path.");
 }
 
 // fsync a folder so the renames inside it survive a crash. Some file systems refuse (EINVAL).
@@ -109,7 +112,7 @@ std::string signature_str(DType dtype, const Shape& shape) {
 [[noreturn]] void corrupt(const std::string& file, const std::string& what,
                           const std::string& dir) {
   OMT_FAIL(kInvalidArgument, "checkpoint '", file, "' is corrupt or truncated: ", what, ".",
-           available_hint(dir));
+           available_hint(dir, step_of_stem(fs::path(file).stem().string())));
 }
 
 // Writes the tensors to `final_path` through a temporary name, fsynced before the rename.
@@ -317,7 +320,7 @@ Checkpoint load_checkpoint(const std::string& dir_or_file) {
 
   const std::string npz_path = (fs::path(dir) / npz_name).string();
   OMT_CHECK(file_exists(npz_path), kIo, "checkpoint '", json_path, "' is incomplete: its tensor file '",
-            npz_path, "' is missing.", available_hint(dir));
+            npz_path, "' is missing.", available_hint(dir, step_of_stem(json_fs.stem().string())));
   {
     const std::string bytes = read_file_bytes(npz_path, "checkpoint");
     if (bytes.size() != npz_bytes)

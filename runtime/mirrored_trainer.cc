@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -407,6 +408,7 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   }
   for (auto& rep : m.reps) {
     result.outputs.push_back(rep.outputs);
+    result.replica_loss.push_back(rep.loss);
     result.timing.compute_ms += rep.compute_ms / m.R;
     result.timing.exposed_comm_ms += rep.exposed_ms / m.R;
   }
@@ -441,6 +443,29 @@ void MirroredTrainer::check_consistency() {
                   params[k].name, "' differs between replica 0 (process 0) and replica ", p * m.R,
                   " (process ", p, ") after step ", m.steps, ". This is a bug in onnx-mirror; please report it.");
   }
+}
+
+std::string MirroredTrainer::first_nonfinite() const {
+  const Impl& m = *impl_;
+  auto finite = [](const Tensor& t) {
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!std::isfinite(p[i])) return false;
+    return true;
+  };
+  for (int r = 0; r < m.R; ++r)
+    for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
+      for (const auto& slot : m.plan.buckets.buckets[b].slots) {
+        const Tensor view = Tensor::wrap(DType::kFloat32, {slot.elements},
+                                         const_cast<float*>(m.reps[r].buckets[b].data<float>()) + slot.offset, nullptr);
+        if (!finite(view))
+          return str_cat("the gradient of '", slot.param, "' on replica ", first_global_replica() + r);
+      }
+  for (int r = 0; r < m.R; ++r)
+    for (const auto& n : m.reps[r].params.names())
+      if (!finite(m.reps[r].params.at(n)))
+        return str_cat("parameter '", n, "' on replica ", first_global_replica() + r);
+  return "";
 }
 
 const NamedTensors& MirroredTrainer::parameters() const { return impl_->reps[0].params; }

@@ -52,6 +52,7 @@ struct MirroredStepResult {
   double loss = 0;              // mean over the global batch
   int64_t samples = 0;          // in the global batch
   std::vector<NamedTensors> outputs;  // the model's outputs, per local replica
+  std::vector<double> replica_loss;   // each local replica's share of the loss
   StepTiming timing;
 };
 
@@ -77,6 +78,10 @@ class MirroredTrainer {
   // Compares a checksum of every parameter across all replicas of all processes; throws
   // kInternal naming the first diverging parameter and the replicas that disagree.
   void check_consistency();
+
+  // The first parameter whose gradient (in its bucket) or value holds a NaN or infinity on
+  // any local replica, as "gradient of 'fc1.weight' on replica 1"; "" when all are finite.
+  std::string first_nonfinite() const;
 
   // Replica 0's parameters and state (optimizer buffers, BatchNorm statistics), by name.
   const NamedTensors& parameters() const;

@@ -1,6 +1,12 @@
 // `grad`, `train` and `export-training-graph`: the training commands. Argument parsing and
 // batching only; the training graph and the optimizer live in graph/ and runtime/.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <sstream>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -10,10 +16,14 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/npy.h"
 #include "runtime/predictor.h"
+#include "collectives/factory.h"
+#include "collectives/rendezvous/env.h"
+#include "runtime/fit.h"
 #include "runtime/trainer.h"
 #include "tools/commands.h"
 
 namespace omt::tools {
+char** g_argv = nullptr;
 namespace {
 
 struct TrainArgs {
@@ -24,8 +34,20 @@ struct TrainArgs {
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  int64_t steps = 100, global_batch = 64;
+  int64_t steps = 0, epochs = 1, global_batch = 64;
   int threads = 0;
+  // Data-parallel training (train only).
+  std::string val, lr_schedule = "constant", collectives = "gloo", device = "cpu";
+  int64_t warmup_steps = 0;
+  int replicas = 1, nproc = 1;
+  uint64_t seed = 0;
+  bool no_shuffle = false, no_scale = false, no_overlap = false, explain_buckets = false, compare_single = false;
+  float mean = 0.0f, std = 1.0f;
+  double bucket_cap_mb = 25, first_bucket_mb = 1, timeout_s = 60;
+  std::string checkpoint_dir, resume, metrics, report, trace;
+  int64_t checkpoint_every = 0, check_every = 0;
+  int keep_checkpoints = 3;
+  std::string command_line;
 };
 
 void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
@@ -109,17 +131,6 @@ Data load_training_data(const std::string& spec, const Model& model, const Train
   return d;
 }
 
-// Rows of every array at the given sample indices (wrapping order already applied).
-Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
-  Shape shape = t.shape();
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty(t.dtype(), shape);
-  const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(static_cast<char*>(out.raw()) + i * row, static_cast<const char*>(t.raw()) + rows[i] * row, row);
-  return out;
-}
-
 SessionOptions session_options(const TrainArgs& a) {
   SessionOptions o;
   o.num_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -142,44 +153,117 @@ int run_grad(const TrainArgs& a) {
   return 0;
 }
 
-int run_train(const TrainArgs& a) {
-  OMT_CHECK(a.steps >= 1, kInvalidArgument, "--steps must be at least 1");
-  OMT_CHECK(a.global_batch >= 1, kInvalidArgument, "--global-batch must be at least 1");
-  auto model = std::make_shared<const Model>(load_onnx(a.model));
-  Trainer trainer(model, spec_of(a), session_options(a));
-  const auto& tg = trainer.training_graph();
-  for (const auto& u : tg.unreachable)
-    std::cerr << "warning: no gradient reaches parameter '" << u << "'; it stays as it is\n";
-  const Data d = load_training_data(a.data, *model, a);
-  OMT_CHECK(d.size > 0, kInvalidArgument, "'", a.data, "' holds no samples");
-  std::cout << "training " << tg.params.size() << " parameter tensors (" << tg.frozen.size()
-            << " frozen) with " << a.optimizer << ", lr " << a.lr << ", " << a.steps
-            << " steps of " << a.global_batch << " samples\n";
-  const auto start = std::chrono::steady_clock::now();
-  int64_t cursor = 0;
-  for (int64_t s = 0; s < a.steps; ++s) {
-    std::vector<int64_t> rows(static_cast<size_t>(std::min(a.global_batch, d.size)));
-    for (auto& r : rows) r = cursor++ % d.size;
-    NamedTensors batch;
-    for (const auto& n : d.inputs.names())
-      batch.set(n, rows.size() == static_cast<size_t>(d.size) ? d.inputs.at(n) : gather_rows(d.inputs.at(n), rows));
-    const Tensor labels = !d.labels.defined() ? Tensor()
-                          : rows.size() == static_cast<size_t>(d.size) ? d.labels : gather_rows(d.labels, rows);
-    const StepResult r = trainer.step(batch, labels, a.lr);
-    OMT_CHECK(std::isfinite(r.loss), kInvalidArgument, "the loss became ", r.loss, " at step ", s + 1,
-              ". Lower --lr or check the data.");
-    if (s == 0 || (s + 1) % std::max<int64_t>(1, a.steps / 10) == 0 || s + 1 == a.steps)
-      std::cout << "step " << s + 1 << "/" << a.steps << "  loss " << r.loss << "\n";
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                       "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+// --nproc P: this process becomes rank 0 of P and starts ranks 1..P-1 as copies of itself
+// that meet through a file store in a fresh folder. Children inherit stdout/stderr.
+std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store_dir) {
+  char tmpl[] = "/tmp/omt-world-XXXXXX";
+  OMT_CHECK(mkdtemp(tmpl) != nullptr, kIo, "cannot create a rendezvous folder in /tmp");
+  *store_dir = tmpl;
+  const std::string run_id = std::to_string(getpid());
+  setenv("OMT_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  setenv("OMT_STORE", (std::string("file:") + tmpl).c_str(), 1);
+  setenv("OMT_RUN_ID", run_id.c_str(), 1);
+  std::vector<pid_t> children;
+  for (int r = 1; r < nproc; ++r) {
+    const pid_t pid = fork();
+    OMT_CHECK(pid >= 0, kIo, "cannot start process ", r, " of ", nproc);
+    if (pid == 0) {
+      setenv("OMT_RANK", std::to_string(r).c_str(), 1);
+      setenv("OMT_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      execv("/proc/self/exe", argv);
+      _exit(127);
+    }
+    children.push_back(pid);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << a.steps << " steps in " << seconds << " s ("
-            << static_cast<int64_t>(static_cast<double>(a.steps * a.global_batch) / std::max(seconds, 1e-9))
-            << " samples/s)\n";
-  if (!a.output.empty()) {
-    save_onnx(trainer.trained_model(), a.output);
+  setenv("OMT_RANK", "0", 1);
+  setenv("OMT_LOCAL_RANK", "0", 1);
+  return children;
+}
+
+int run_train(const TrainArgs& a, char** argv) {
+  OMT_CHECK(a.global_batch >= 1, kInvalidArgument, "--global-batch must be at least 1");
+  OMT_CHECK(a.replicas >= 1, kInvalidArgument, "--replicas must be at least 1");
+  OMT_CHECK(a.device == "cpu", kUnsupported, "--device ", a.device,
+            ": this build trains on the CPU only; the CUDA backend is not available yet");
+  const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
+  std::vector<pid_t> children;
+  std::string store_dir;
+  if (a.nproc > 1 && !child) children = launch_local_world(a.nproc, argv, &store_dir);
+
+  FitOptions o;
+  o.spec = spec_of(a);
+  RendezvousConfig rc = rendezvous_from_env();
+  rc.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
+  if (rc.world_size > 1) o.mirror.comm = make_communicator(a.collectives, rc);
+  const bool leader = rc.rank == 0;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int procs_here = std::max(1, child ? rc.world_size : a.nproc);
+  o.mirror.replicas = a.replicas;
+  o.mirror.threads_per_replica = a.threads > 0 ? a.threads : std::max(1, cores / (a.replicas * procs_here));
+  o.mirror.bucket_cap_bytes = static_cast<int64_t>(a.bucket_cap_mb * 1048576);
+  o.mirror.first_bucket_bytes = static_cast<int64_t>(a.first_bucket_mb * 1048576);
+  o.mirror.overlap = !a.no_overlap;
+  o.mirror.timeout = rc.timeout;
+  o.mirror.trace = !a.trace.empty();
+  o.epochs = a.epochs;
+  o.max_steps = a.steps;
+  o.global_batch = a.global_batch;
+  o.lr = a.lr;
+  o.lr_schedule = a.lr_schedule;
+  o.warmup_steps = a.warmup_steps;
+  o.seed = a.seed;
+  o.shuffle = !a.no_shuffle;
+  o.preprocess.scale = !a.no_scale;
+  o.preprocess.mean = a.mean;
+  o.preprocess.std = a.std;
+  o.checkpoint_dir = a.checkpoint_dir;
+  o.checkpoint_every = a.checkpoint_every;
+  o.keep_checkpoints = a.keep_checkpoints;
+  o.resume = a.resume;
+  o.metrics_path = leader ? a.metrics : "";
+  o.report_path = leader ? a.report : "";
+  o.trace_path = a.trace;
+  o.check_every = a.check_every;
+  o.compare_single = a.compare_single;
+  o.explain_buckets = a.explain_buckets;
+  for (char** p = argv; *p; ++p) o.command_line += std::string(p == argv ? "" : " ") + *p;
+  o.stop = &g_stop;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+
+  auto model = std::make_shared<const Model>(load_onnx(a.model));
+  const Dataset train = load_dataset(a.data, a.labels);
+  std::unique_ptr<Dataset> val;
+  if (!a.val.empty()) val = std::make_unique<Dataset>(load_dataset(a.val, a.labels));
+  else if (a.data == "fashion-mnist" || a.data == "fashion-mnist:train")
+    val = std::make_unique<Dataset>(load_dataset("fashion-mnist:test"));
+  if (a.data.rfind("fashion-mnist", 0) == 0) o.class_names = kFashionMnistClasses;
+  if (leader && val) std::cout << "validating on " << val->source << " (" << val->size() << " samples)\n";
+
+  std::ostringstream quiet;
+  const FitResult r = fit(model, train, val.get(), o, leader ? static_cast<std::ostream&>(std::cout) : quiet);
+  if (leader && !a.output.empty()) {
+    save_onnx(r.trained, a.output);
     std::cout << "wrote " << a.output << "\n";
   }
-  return 0;
+  int status = r.interrupted ? 130 : 0;
+  for (pid_t pid : children) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      std::cerr << "onnx-mirror-train: process " << pid << " of the local world exited with "
+                << (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) << "\n";
+      status = status ? status : 6;
+    }
+  }
+  if (!store_dir.empty()) std::system(("rm -rf '" + store_dir + "'").c_str());
+  return status;
 }
 
 int run_export(const TrainArgs& a) {
@@ -205,15 +289,42 @@ void register_train(CLI::App& app) {
     set_action(sub, [a] { return run_grad(*a); });
   }
   {
-    auto* sub = app.add_subcommand("train", "Train a model on data and write the trained ONNX model");
+    auto* sub = app.add_subcommand("train", "Train a model data-parallel and write the trained ONNX model");
     auto a = std::make_shared<TrainArgs>();
     add_model_options(sub, *a, true);
-    sub->add_option("--data", a->data, "DATA.npz (model inputs + labels by name), IMAGES,LABELS IDX files, or fashion-mnist")->required();
-    sub->add_option("--steps", a->steps, "optimizer steps");
-    sub->add_option("--global-batch", a->global_batch, "samples per step");
+    sub->add_option("--data", a->data, "fashion-mnist[:train], IMAGES,LABELS IDX files, or DATA.npz (features + labels)")->required();
+    sub->add_option("--val", a->val, "validation data (default for fashion-mnist: its test split)");
+    sub->add_option("--epochs", a->epochs, "passes over the data");
+    sub->add_option("--steps", a->steps, "stop after this many optimizer steps (overrides --epochs)");
+    sub->add_option("--global-batch", a->global_batch, "samples per step over all replicas");
+    sub->add_option("--lr-schedule", a->lr_schedule, "constant | step:EVERY:GAMMA | cosine[:MIN_LR]");
+    sub->add_option("--warmup-steps", a->warmup_steps, "linear learning-rate warm-up steps");
+    sub->add_option("--replicas", a->replicas, "local replicas (threads) per process");
+    sub->add_option("--nproc", a->nproc, "processes on this host (each with --replicas replicas)");
+    sub->add_option("--collectives", a->collectives, "gloo | nccl");
+    sub->add_option("--device", a->device, "cpu (cuda: not yet)");
+    sub->add_option("--seed", a->seed, "seed of the data order");
+    sub->add_flag("--no-shuffle", a->no_shuffle, "keep the data order");
+    sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");
+    sub->add_option("--mean", a->mean, "normalise inputs: (x - mean) / std");
+    sub->add_option("--std", a->std, "normalise inputs: (x - mean) / std");
+    sub->add_option("--bucket-cap-mb", a->bucket_cap_mb, "gradient bucket size cap");
+    sub->add_option("--first-bucket-mb", a->first_bucket_mb, "size of the first (earliest) bucket");
+    sub->add_flag("--no-overlap", a->no_overlap, "all-reduce only after the whole backward");
+    sub->add_flag("--explain-buckets", a->explain_buckets, "print the bucket plan");
+    sub->add_option("--check-every", a->check_every, "compare parameter checksums across replicas every K steps");
+    sub->add_option("--timeout", a->timeout_s, "seconds before a silent peer is an error");
+    sub->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
+    sub->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints");
+    sub->add_option("--keep-checkpoints", a->keep_checkpoints, "checkpoints kept");
+    sub->add_option("--resume", a->resume, "checkpoint folder or file to continue from");
+    sub->add_option("--metrics", a->metrics, "run.jsonl: one JSON object per step and per epoch");
+    sub->add_option("--report", a->report, "report.html: a self-contained page with plots");
+    sub->add_option("--trace", a->trace, "trace.json: Chrome-trace timeline of kernels, all-reduces and waits");
+    sub->add_flag("--compare-single", a->compare_single, "measure a short 1-replica run for the speed-up");
     sub->add_option("--output", a->output, "TRAINED.onnx: the inference model with trained parameters");
-    sub->add_option("--threads", a->threads, "threads");
-    set_action(sub, [a] { return run_train(*a); });
+    sub->add_option("--threads", a->threads, "kernel threads per replica (default: cores / replicas)");
+    set_action(sub, [a] { return run_train(*a, g_argv); });
   }
   {
     auto* sub = app.add_subcommand("export-training-graph", "Write the whole training step as an ONNX model");

@@ -12,6 +12,9 @@ void register_inspect(CLI::App& app);
 void register_predict(CLI::App& app);
 void register_train(CLI::App& app);  // grad, train, export-training-graph
 
+// The process's argv (for --nproc, which starts copies of this process).
+extern char** g_argv;
+
 // Sets the action of a subcommand (the callback returns the process exit code).
 void set_action(CLI::App* sub, std::function<int()> action);
 int run_selected(CLI::App& app);

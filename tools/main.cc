@@ -29,6 +29,7 @@ int exit_code(omt::ErrorKind kind) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  omt::tools::g_argv = argv;
   CLI::App app{"onnx-mirror-train: train and run exported ONNX models data-parallel"};
   app.require_subcommand(1);
   omt::tools::register_inspect(app);

@@ -1,0 +1,368 @@
+#include "runtime/fit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "runtime/checkpoint.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/report.h"
+#include "runtime/sampler.h"
+
+namespace omt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  Shape shape = t.shape();
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::empty(t.dtype(), shape);
+  const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
+  char* dst = static_cast<char*>(out.raw());
+  const char* src = static_cast<const char*>(t.raw());
+  for (size_t i = 0; i < rows.size(); ++i) std::memcpy(dst + i * row, src + rows[i] * row, row);
+  return out;
+}
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  if (!logits.defined() || logits.dtype() != DType::kFloat32 || logits.rank() != 2) return 0;
+  const int64_t n = logits.dim(0), c = logits.dim(1);
+  const float* p = logits.data<float>();
+  const int64_t* y = labels.data<int64_t>();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = p + i * c;
+    correct += (std::max_element(row, row + c) - row) == y[i];
+  }
+  return correct;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Number of classes the model's first output scores, or -1 when it is not [batch, C].
+int64_t output_classes(const Model& model) {
+  const ValueInfo& out = model.graph.outputs[0];
+  if (out.shape && out.shape->size() == 2 && (*out.shape)[1].is_fixed()) return (*out.shape)[1].value;
+  return -1;
+}
+
+void check_labels(const Tensor& labels, int64_t classes, const std::string& source) {
+  if (classes <= 0 || !labels.defined()) return;
+  const int64_t* y = labels.data<int64_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i)
+    OMT_CHECK(y[i] >= 0 && y[i] < classes, kInvalidArgument, "label ", y[i], " of sample ", i, " in '", source,
+              "' is out of range for the model's output, which scores ", classes,
+              " classes (0..", classes - 1, "). Use a model with more outputs or fix the labels.");
+}
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(precision) << v;
+  return os.str();
+}
+
+}  // namespace
+
+EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
+                    const Tensor& labels, int64_t chunk) {
+  EvalResult r;
+  const int64_t n = features.dim(0);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  bool class_scores = true;
+  for (int64_t b = 0; b < n; b += chunk) {
+    const int64_t e = std::min(n, b + chunk);
+    NamedTensors feeds;
+    feeds.set(input_name, n > chunk ? slice_rows(features, b, e) : features);
+    const NamedTensors out = predictor.run(feeds);
+    const Tensor& logits = out.at(out.names()[0]);
+    const Tensor y = n > chunk ? slice_rows(labels, b, e) : labels;
+    if (logits.dtype() != DType::kFloat32 || logits.rank() != 2) {
+      class_scores = false;
+      continue;
+    }
+    if (r.confusion.num_classes() == 0) r.confusion = ConfusionMatrix(logits.dim(1));
+    r.confusion.add(logits, y);
+    correct += count_correct(logits, y);
+    const int64_t c = logits.dim(1);
+    const float* p = logits.data<float>();
+    for (int64_t i = 0; i < e - b; ++i) {
+      const float* row = p + i * c;
+      const double mx = *std::max_element(row, row + c);
+      double sum = 0;
+      for (int64_t j = 0; j < c; ++j) sum += std::exp(row[j] - mx);
+      loss_sum += mx + std::log(sum) - row[y.data<int64_t>()[i]];
+    }
+  }
+  r.samples = n;
+  r.loss = class_scores && n ? loss_sum / static_cast<double>(n) : NAN;
+  r.accuracy = n ? static_cast<double>(correct) / static_cast<double>(n) : 0;
+  return r;
+}
+
+FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
+              const FitOptions& o, std::ostream& log) {
+  FitResult result;
+  const auto& comm = o.mirror.comm;
+  const bool leader = !comm || comm->rank() == 0;
+  OMT_CHECK(model->graph.inputs.size() == 1, kInvalidArgument, "fit trains models with one input; '",
+            model->source_path, "' has ", model->graph.inputs.size());
+  const ValueInfo& input = model->graph.inputs[0];
+  OMT_CHECK(train.labels.defined(), kInvalidArgument, "'", train.source, "' has no labels");
+  const Tensor x = prepare_features(train.features, input, o.preprocess);
+  const Tensor& y = train.labels;
+  Tensor xv, yv;
+  if (val) {
+    xv = prepare_features(val->features, input, o.preprocess);
+    yv = val->labels;
+  }
+  const int64_t classes = output_classes(*model);
+  if (o.spec.loss == LossKind::kSoftmaxCrossEntropy || o.spec.loss == LossKind::kNll) {
+    check_labels(y, classes, train.source);
+    if (val) check_labels(yv, classes, val->source);
+  }
+
+  MirroredTrainer trainer(model, o.spec, o.mirror);
+  const int world = trainer.world_size();
+  if (leader && o.explain_buckets) {
+    std::vector<std::string> names;
+    for (const auto& n : trainer.plan().backward.graph.nodes) names.push_back(n.name);
+    log << trainer.plan().buckets.explain(names);
+  }
+  EpochSampler sampler(x.dim(0), o.global_batch, world, o.seed, o.shuffle);
+  const int64_t spe = sampler.steps_per_epoch();
+  const int64_t total = o.max_steps > 0 ? o.max_steps : o.epochs * spe;
+  const int64_t epochs = o.max_steps > 0 ? (o.max_steps + spe - 1) / spe : o.epochs;
+  const LrSchedule schedule = LrSchedule::parse(o.lr_schedule, o.lr, o.warmup_steps);
+
+  SamplerPosition pos;
+  int64_t step = 0;
+  const auto signatures = param_signatures(trainer.parameters());
+  const std::string fingerprint = model_fingerprint(signatures);
+  if (!o.resume.empty()) {
+    const Checkpoint ck = load_checkpoint(o.resume);
+    check_compatible(ck, fingerprint, signatures);
+    trainer.load(ck.params, ck.state, ck.step);
+    pos = {ck.epoch, ck.step_in_epoch};
+    step = ck.step;
+    OMT_CHECK(ck.seed == o.seed, kInvalidArgument, "the checkpoint '", ck.source, "' was written with --seed ",
+              ck.seed, "; resume with the same --seed to continue the same data order");
+    if (leader) log << "resumed from " << ck.source << " at step " << step << " (epoch " << pos.epoch + 1 << ")\n";
+  }
+
+  std::unique_ptr<MetricsWriter> metrics;
+  if (leader && !o.metrics_path.empty()) metrics = std::make_unique<MetricsWriter>(o.metrics_path);
+  auto save = [&](const SamplerPosition& next) {
+    if (o.checkpoint_dir.empty()) return;
+    if (leader) {
+      Checkpoint ck;
+      ck.model_fingerprint = fingerprint;
+      ck.params = trainer.parameters();
+      ck.state = trainer.state();
+      ck.step = step;
+      ck.epoch = next.epoch;
+      ck.step_in_epoch = next.step;
+      ck.seed = o.seed;
+      ck.meta["optimizer"] = std::to_string(static_cast<int>(o.spec.optimizer.kind));
+      ck.meta["world_size"] = std::to_string(world);
+      ck.meta["global_batch"] = std::to_string(o.global_batch);
+      result.last_checkpoint = save_checkpoint(o.checkpoint_dir, ck, o.keep_checkpoints);
+    }
+  };
+
+  if (leader)
+    log << "training " << trainer.training_graph().params.size() << " parameter tensors on " << world
+        << " replica(s) (" << trainer.local_replicas() << " per process), global batch " << o.global_batch
+        << ", " << spe << " steps per epoch, " << trainer.plan().buckets.buckets.size() << " gradient bucket(s)"
+        << (o.mirror.overlap ? "" : ", no overlap") << "\n";
+
+  std::vector<double> rates;
+  bool stop = false;
+  for (int64_t e = pos.epoch; e < epochs && !stop; ++e) {
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    int64_t samples = 0, correct = 0, steps_in_epoch = 0;
+    const int64_t first = e == pos.epoch ? pos.step : 0;
+    const int64_t last = std::min(spe, first + (total - step));
+    std::unique_ptr<ProgressBar> bar;
+    if (leader) bar = std::make_unique<ProgressBar>(e + 1, epochs, last - first);
+    float lr_now = o.lr;
+    for (int64_t s = first; s < last; ++s) {
+      const GlobalBatch gb = sampler.batch(e, s);
+      std::vector<ReplicaBatch> shards(static_cast<size_t>(trainer.local_replicas()));
+      for (int r = 0; r < trainer.local_replicas(); ++r) {
+        const auto rows = sampler.shard(gb, trainer.first_global_replica() + r);
+        shards[r].inputs.set(input.name, gather_rows(x, rows));
+        shards[r].labels = gather_rows(y, rows);
+      }
+      lr_now = schedule.lr_at(step, e, spe, total);
+      const MirroredStepResult res = trainer.step(shards, gb.size(), lr_now);
+      ++step;
+      ++steps_in_epoch;
+      if (!std::isfinite(res.loss)) {
+        int bad = -1;
+        for (size_t r = 0; r < res.replica_loss.size(); ++r)
+          if (!std::isfinite(res.replica_loss[r]) && bad < 0) bad = static_cast<int>(r) + trainer.first_global_replica();
+        const std::string first_bad = trainer.first_nonfinite();
+        OMT_FAIL(kInvalidArgument, "the loss became ", res.loss, " at step ", step, " (epoch ", e + 1, ")",
+                 bad >= 0 ? str_cat(" on replica ", bad) : std::string(),
+                 first_bad.empty() ? std::string() : "; first non-finite tensor: " + first_bad,
+                 result.last_checkpoint.empty() ? std::string(". ") : ". The last good checkpoint is " + result.last_checkpoint + ". ",
+                 "Lower --lr, normalise the inputs, or check the data for NaN.");
+      }
+      loss_sum += res.loss * static_cast<double>(gb.size());
+      samples += gb.size();
+      for (int r = 0; r < trainer.local_replicas(); ++r)
+        if (shards[r].size() && res.outputs[r].size())
+          correct += count_correct(res.outputs[r].at(res.outputs[r].names()[0]), shards[r].labels);
+      if (res.timing.step_ms > 0) rates.push_back(static_cast<double>(gb.size()) / (res.timing.step_ms / 1000.0));
+      StepStats st;
+      st.step = step;
+      st.epoch = e + 1;
+      st.loss = res.loss;
+      st.samples = gb.size();
+      st.seconds = res.timing.step_ms / 1000.0;
+      st.lr = lr_now;
+      st.compute_ms = res.timing.compute_ms;
+      st.comm_ms = res.timing.comm_ms;
+      st.exposed_comm_ms = res.timing.exposed_comm_ms;
+      result.steps.push_back(st);
+      if (metrics) metrics->write_step(st);
+      if (bar) bar->update(s - first + 1, samples, loss_sum / static_cast<double>(samples));
+      if (o.check_every > 0 && step % o.check_every == 0) trainer.check_consistency();
+      const SamplerPosition next = sampler.next({e, s});
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(next);
+      if (o.stop && o.stop->load()) {
+        save(next);
+        result.interrupted = true;
+        stop = true;
+        if (leader) log << "\ninterrupted at step " << step
+                        << (result.last_checkpoint.empty() ? "" : "; checkpoint written to " + result.last_checkpoint) << "\n";
+        break;
+      }
+      if (step >= total) break;
+    }
+    if (bar) bar->finish();
+    if (comm && comm->size() > 1) {
+      std::vector<double> counts = {static_cast<double>(correct)};
+      comm->allreduce(counts.data(), 1, DType::kFloat64, ReduceOp::kSum)->wait(o.mirror.timeout);
+      correct = static_cast<int64_t>(counts[0]);
+    }
+    EpochStats es;
+    es.epoch = e + 1;
+    es.steps = steps_in_epoch;
+    es.samples = samples;
+    es.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    es.train_loss = samples ? loss_sum / static_cast<double>(samples) : NAN;
+    es.train_accuracy = samples && classes > 0 ? static_cast<double>(correct) / static_cast<double>(samples) : NAN;
+    es.samples_per_s = es.seconds > 0 ? static_cast<double>(samples) / es.seconds : 0;
+    es.steps_per_s = es.seconds > 0 ? static_cast<double>(steps_in_epoch) / es.seconds : 0;
+    es.lr = lr_now;
+    es.val_loss = es.val_accuracy = NAN;
+    if (leader && val && !stop) {
+      Predictor predictor(std::make_shared<const Model>(trainer.trained_model()), trainer.local_replicas(), o.mirror.session);
+      const EvalResult ev = evaluate(predictor, input.name, xv, yv);
+      es.val_loss = ev.loss;
+      es.val_accuracy = ev.accuracy;
+    }
+    result.epochs.push_back(es);
+    if (metrics) metrics->write_epoch(es);
+    if (leader)
+      log << "epoch " << es.epoch << "/" << epochs << ": " << fmt(es.seconds, 1) << " s, " << fmt(es.steps_per_s, 1)
+          << " steps/s, " << static_cast<int64_t>(es.samples_per_s) << " samples/s, train loss " << fmt(es.train_loss)
+          << ", train accuracy " << fmt(100 * es.train_accuracy, 2) << "%"
+          << (std::isnan(es.val_loss) ? std::string()
+                                      : ", val loss " + fmt(es.val_loss) + ", val accuracy " + fmt(100 * es.val_accuracy, 2) + "%")
+          << "\n";
+    if (step >= total) break;
+  }
+  result.steps_done = step;
+  if (o.check_every >= 0) trainer.check_consistency();
+  if (!result.interrupted) save(sampler.next({step / spe, (step % spe) - 1 < 0 ? 0 : (step % spe) - 1}));
+  result.trained = trainer.trained_model();
+  const std::vector<double> warm(rates.begin() + std::min<size_t>(rates.size(), 5), rates.end());
+  result.samples_per_s = median(warm.empty() ? rates : warm);
+  if (o.mirror.trace && leader && !o.trace_path.empty()) trainer.write_trace(o.trace_path);
+
+  if (leader) {
+    Predictor predictor(std::make_shared<const Model>(result.trained), trainer.local_replicas(), o.mirror.session);
+    result.final_eval = val ? evaluate(predictor, input.name, xv, yv) : evaluate(predictor, input.name, x, y);
+  }
+  if (leader && o.compare_single && !result.interrupted) {
+    MirrorOptions single = o.mirror;
+    single.replicas = 1;
+    single.comm = nullptr;
+    single.trace = false;
+    single.threads_per_replica = std::max(1, o.mirror.threads_per_replica);
+    MirroredTrainer one(model, o.spec, single);
+    EpochSampler s1(x.dim(0), o.global_batch, 1, o.seed, o.shuffle);
+    std::vector<double> r1;
+    const int64_t n1 = std::min<int64_t>(std::max<int64_t>(spe, 1), 40);
+    for (int64_t s = 0; s < n1; ++s) {
+      const GlobalBatch gb = s1.batch(0, s);
+      std::vector<ReplicaBatch> shard(1);
+      shard[0].inputs.set(input.name, gather_rows(x, gb.indices));
+      shard[0].labels = gather_rows(y, gb.indices);
+      const MirroredStepResult res = one.step(shard, gb.size(), o.lr);
+      r1.push_back(static_cast<double>(gb.size()) / (res.timing.step_ms / 1000.0));
+    }
+    const std::vector<double> warm1(r1.begin() + std::min<size_t>(r1.size(), 5), r1.end());
+    result.single_samples_per_s = median(warm1.empty() ? r1 : warm1);
+  }
+
+  if (leader) {
+    const EvalResult& ev = result.final_eval;
+    log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, accuracy "
+        << fmt(100 * ev.accuracy, 2) << "%, loss " << fmt(ev.loss) << "\n";
+    if (ev.confusion.num_classes() > 0) log << ev.confusion.format(o.class_names);
+    log << "throughput: " << static_cast<int64_t>(result.samples_per_s) << " samples/s (median over steps) on "
+        << world << " replica(s)";
+    if (result.single_samples_per_s > 0)
+      log << "; 1 replica: " << static_cast<int64_t>(result.single_samples_per_s) << " samples/s; speed-up "
+          << fmt(result.samples_per_s / result.single_samples_per_s, 2) << "x ("
+          << fmt(100 * result.samples_per_s / result.single_samples_per_s / world, 0) << "% efficiency)";
+    log << "\n";
+    const auto overlap = summarize_overlap(result.steps);
+    if (overlap)
+      log << "per step: " << fmt(overlap->step_ms, 2) << " ms, compute " << fmt(overlap->compute_ms, 2)
+          << " ms, communication " << fmt(overlap->comm_ms, 2) << " ms, exposed communication "
+          << fmt(overlap->exposed_comm_ms, 2) << " ms\n";
+    if (metrics) {
+      std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s},
+                                                           {"final_accuracy", ev.accuracy}};
+      if (result.single_samples_per_s > 0) extra.push_back({"single_samples_per_s", result.single_samples_per_s});
+      metrics->write_summary(ev.confusion, o.class_names, extra);
+    }
+    if (!o.report_path.empty()) {
+      ReportData rd;
+      rd.title = "onnx-mirror training run";
+      rd.model = model->source_path;
+      rd.command_line = o.command_line;
+      rd.replicas = trainer.local_replicas();
+      rd.world_size = world;
+      rd.epochs = result.epochs;
+      rd.steps = result.steps;
+      rd.confusion = ev.confusion;
+      rd.class_names = o.class_names;
+      rd.confusion_title = val ? "validation set" : "training set";
+      rd.overlap = overlap;
+      if (result.single_samples_per_s > 0)
+        rd.speedup = SpeedupSummary{world, result.samples_per_s, result.single_samples_per_s};
+      write_report(o.report_path, rd);
+      log << "wrote " << o.report_path << "\n";
+    }
+  }
+  return result;
+}
+
+}  // namespace omt

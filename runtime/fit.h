@@ -1,0 +1,75 @@
+// fit and evaluate: the training loop users run (`onnx-mirror-train train`, the embedding
+// API's Trainer::fit). Epochs over a labelled data set with a seeded, sharded sampler, a
+// learning-rate schedule, per-epoch validation, metrics (JSONL, HTML report, progress),
+// checkpoints that resume exactly, guards against non-finite values, and a speed-up
+// measurement against one replica. Only process 0 of a multi-process world prints and writes.
+#pragma once
+
+#include <atomic>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+#include "runtime/metrics.h"
+#include "runtime/mirrored_trainer.h"
+#include "runtime/predictor.h"
+
+namespace omt {
+
+struct EvalResult {
+  double loss = 0;      // mean softmax cross-entropy of the logits (NaN for non-class outputs)
+  double accuracy = 0;  // fraction of argmax predictions equal to the label
+  int64_t samples = 0;
+  ConfusionMatrix confusion;
+};
+
+// Runs `predictor` over prepared features in chunks and scores the first output against
+// class labels. Every sample is counted exactly once.
+EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
+                    const Tensor& labels, int64_t chunk = 1000);
+
+struct FitOptions {
+  TrainingSpec spec;
+  MirrorOptions mirror;          // local replicas, communicator, buckets, overlap, trace
+  int64_t epochs = 1;
+  int64_t max_steps = 0;         // > 0: stop after this many steps (overrides epochs)
+  int64_t global_batch = 64;
+  float lr = 0.01f;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  Preprocess preprocess;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // steps; 0 = only at the end and on interrupt
+  int keep_checkpoints = 3;
+  std::string resume;            // checkpoint dir or file
+  std::string metrics_path, report_path, trace_path;
+  int64_t check_every = 0;       // compare parameter checksums across replicas every K steps
+  bool compare_single = false;   // measure a short 1-replica run for the speed-up
+  bool explain_buckets = false;
+  std::vector<std::string> class_names;
+  std::string command_line;      // for the report
+  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: checkpoint and return
+};
+
+struct FitResult {
+  std::vector<EpochStats> epochs;
+  std::vector<StepStats> steps;
+  EvalResult final_eval;          // on the validation set (or the training set without one)
+  double samples_per_s = 0;       // median over steps after warm-up
+  double single_samples_per_s = 0;  // --compare-single
+  int64_t steps_done = 0;
+  bool interrupted = false;
+  std::string last_checkpoint;
+  Model trained;                  // the inference model with trained parameters
+};
+
+// Trains `model` on `train` (validating on `val` when given). `log` receives the human
+// output; only process 0 writes it and the files.
+FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
+              const FitOptions& options, std::ostream& log);
+
+}  // namespace omt
