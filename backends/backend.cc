@@ -15,6 +15,8 @@ const Tensor& KernelContext::in(int i) const {
   return *t;
 }
 
+Tensor Backend::allocate(DType dtype, const Shape& shape) { return Tensor::empty(dtype, shape); }
+
 static std::string registry_key(const std::string& domain, const std::string& op_type) {
   return domain.empty() || domain == "ai.onnx" ? op_type : domain + ":" + op_type;
 }

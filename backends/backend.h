@@ -68,6 +68,10 @@ class Backend {
   virtual bool supports(const std::string& domain, const std::string& op_type) const = 0;
   // Creates the kernel for one node; throws kUnsupported naming the op and node when absent.
   virtual std::unique_ptr<OpKernel> create_kernel(const KernelInfo& info) const = 0;
+  // Uninitialised memory for a value of this backend (KernelContext::output's storage): host
+  // memory by default, device memory from the backend's caching arena on a GPU. Not
+  // thread-safe across replicas sharing one Backend instance unless the backend says so.
+  virtual Tensor allocate(DType dtype, const Shape& shape);
 };
 
 // Kernel registry of one backend, filled by static registrars in the backend's files.

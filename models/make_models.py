@@ -80,7 +80,7 @@ class SmallBN(nn.Module):
 def write_test_models(test_dir):
     """Small models for the import tests (tests/data)."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     os.makedirs(test_dir, exist_ok=True)
     torch.manual_seed(0)
@@ -99,6 +99,22 @@ def write_test_models(test_dir):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
               os.path.join(test_dir, "unsupported_det.onnx"))
+    # A trainable model through ops that have CPU kernels but no gradient rule yet.
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 2, 3, 3)).astype(np.float32), "deconv.weight"),
+             numpy_helper.from_array(np.ones(2, np.float32), "norm.scale"),
+             numpy_helper.from_array(np.zeros(2, np.float32), "norm.bias"),
+             numpy_helper.from_array(rng.standard_normal((2, 10)).astype(np.float32), "fc.weight")]
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["input", "deconv.weight"], ["up"], name="deconv"),
+         helper.make_node("InstanceNormalization", ["up", "norm.scale", "norm.bias"], ["normed"], name="norm"),
+         helper.make_node("GlobalAveragePool", ["normed"], ["pooled"], name="pool"),
+         helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten"),
+         helper.make_node("MatMul", ["flat", "fc.weight"], ["logits"], name="fc")],
+        "no_grad_ops", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 1, 28, 28])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              os.path.join(test_dir, "no_gradient_ops.onnx"))
 
 
 def main():

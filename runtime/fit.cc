@@ -188,6 +188,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   std::vector<double> rates;
   bool stop = false;
+  SamplerPosition next_pos = pos;  // where the next step would start
   for (int64_t e = pos.epoch; e < epochs && !stop; ++e) {
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
@@ -241,6 +242,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       if (bar) bar->update(s - first + 1, samples, loss_sum / static_cast<double>(samples));
       if (o.check_every > 0 && step % o.check_every == 0) trainer.check_consistency();
       const SamplerPosition next = sampler.next({e, s});
+      next_pos = next;
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(next);
       if (o.stop && o.stop->load()) {
         save(next);
@@ -288,7 +290,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   }
   result.steps_done = step;
   if (o.check_every >= 0) trainer.check_consistency();
-  if (!result.interrupted) save(sampler.next({step / spe, (step % spe) - 1 < 0 ? 0 : (step % spe) - 1}));
+  if (!result.interrupted) save(next_pos);
   result.trained = trainer.trained_model();
   const std::vector<double> warm(rates.begin() + std::min<size_t>(rates.size(), 5), rates.end());
   result.samples_per_s = median(warm.empty() ? rates : warm);

@@ -109,6 +109,17 @@ struct MirroredTrainer::Impl {
   int64_t global_samples = 0;
   float lr = 0;
 
+  // Stores a new value of replica r's parameter or state `name`: in place into shared storage
+  // (Note [Shared parameters] in mirrored_trainer.h), otherwise by taking the new handle.
+  void store(int r, const std::string& name, Tensor& slot, const Tensor& value) const {
+    if (r != 0 || !opt.shared_parameters.has(name)) {
+      slot = value;
+      return;
+    }
+    OMT_ASSERT(value.nbytes() == slot.nbytes(), "shared parameter '", name, "' changed size");
+    if (!slot.same_storage(value)) std::memcpy(slot.raw(), value.raw(), slot.nbytes());
+  }
+
   double now_us() const { return std::chrono::duration<double, std::micro>(Clock::now() - origin).count(); }
 
   void fail(std::exception_ptr e) {
@@ -215,7 +226,7 @@ struct MirroredTrainer::Impl {
       NamedTensors out = rep.backward->run(f, &bw_hooks);
       rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_samples);
       for (const auto& s : tg.states)
-        if (out.has(s.updated)) rep.state.at(s.name) = out.at(s.updated);
+        if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
       for (const auto& o : model->graph.outputs) rep.outputs.set(o.name, out.at(o.name));
       if (!opt.overlap)
         for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b));
@@ -242,9 +253,9 @@ struct MirroredTrainer::Impl {
     for (const auto& s : tg.states)
       if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
     NamedTensors out = rep.update->run(f, &up_hooks);
-    for (const auto& p : tg.params) rep.params.at(p.name) = out.at(p.updated);
+    for (const auto& p : tg.params) store(r, p.name, rep.params.at(p.name), out.at(p.updated));
     for (const auto& s : tg.states)
-      if (out.has(s.updated)) rep.state.at(s.name) = out.at(s.updated);
+      if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
     const double end = now_us();
     rep.compute_ms = (end - start) / 1000.0 - rep.exposed_ms;
     (void)backward_end;
@@ -306,12 +317,26 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   m.ready_after.assign(m.plan.backward.graph.nodes.size(), {});
   for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
     m.ready_after[m.plan.buckets.buckets[b].ready_node].push_back(static_cast<int>(b));
+  // Note [Shared parameters]: replica 0 adopts the shared tensors; every replica starts from them.
+  const NamedTensors& shared = options.shared_parameters;
+  for (const auto& n : shared.names()) {
+    const Tensor* init = m.model->graph.initializers.has(n) ? &m.model->graph.initializers.at(n) : nullptr;
+    OMT_CHECK(init && init->dtype() == shared.at(n).dtype() && init->shape() == shared.at(n).shape(),
+              kInvalidArgument, "shared parameter '", n, "' is ", shared.at(n).describe(), " but the model ",
+              init ? "has " + init->describe() : std::string("has no such initializer"),
+              "; share only the model's own initializers");
+  }
   m.reps.resize(static_cast<size_t>(m.R));
-  for (auto& rep : m.reps) {
+  for (size_t r = 0; r < m.reps.size(); ++r) {
+    Impl::Replica& rep = m.reps[r];
+    auto start = [&](const std::string& name, const Tensor& fallback) {
+      if (!shared.has(name)) return fallback.clone();
+      return r == 0 ? shared.at(name) : shared.at(name).clone();
+    };
     rep.backward = std::make_unique<Session>(backward, so);
     rep.update = std::make_unique<Session>(update, so);
-    for (const auto& p : m.tg.params) rep.params.set(p.name, m.model->graph.initializers.at(p.name).clone());
-    for (const auto& st : m.tg.states) rep.state.set(st.name, st.initial.clone());
+    for (const auto& p : m.tg.params) rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name)));
+    for (const auto& st : m.tg.states) rep.state.set(st.name, start(st.name, st.initial));
     for (const auto& b : m.plan.buckets.buckets) rep.buckets.push_back(Tensor::zeros(DType::kFloat32, {b.elements}));
     for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
       for (const auto& slot : m.plan.buckets.buckets[b].slots) {
@@ -399,10 +424,10 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   size_t pos = 1;
   for (const auto& s : m.plan.batchnorm_states) {
     const int64_t n = m.reps[0].state.at(s).numel();
-    for (auto& rep : m.reps) {
-      Tensor fresh = Tensor::empty(DType::kFloat32, rep.state.at(s).shape());
+    for (int r = 0; r < m.R; ++r) {
+      Tensor fresh = Tensor::empty(DType::kFloat32, m.reps[r].state.at(s).shape());
       std::memcpy(fresh.raw(), packed.data() + pos, static_cast<size_t>(n) * 4);
-      rep.state.at(s) = fresh;
+      m.store(r, s, m.reps[r].state.at(s), fresh);
     }
     pos += static_cast<size_t>(n);
   }
@@ -476,17 +501,21 @@ const TrainingGraph& MirroredTrainer::training_graph() const { return impl_->tg;
 
 void MirroredTrainer::load(const NamedTensors& params, const NamedTensors& state, int64_t steps_done) {
   Impl& m = *impl_;
-  for (auto& rep : m.reps) {
+  for (int r = 0; r < m.R; ++r) {
+    Impl::Replica& rep = m.reps[r];
     for (const auto& n : rep.params.names()) {
       OMT_CHECK(params.has(n), kInvalidArgument, "the checkpoint has no parameter '", n, "'");
-      OMT_CHECK(params.at(n).shape() == rep.params.at(n).shape(), kInvalidArgument, "parameter '", n,
-                "' is ", params.at(n).describe(), " in the checkpoint but ", rep.params.at(n).describe(), " in the model");
-      rep.params.at(n) = params.at(n).clone();
+      OMT_CHECK(params.at(n).dtype() == rep.params.at(n).dtype() && params.at(n).shape() == rep.params.at(n).shape(),
+                kInvalidArgument, "parameter '", n, "' is ", params.at(n).describe(), " in the checkpoint but ",
+                rep.params.at(n).describe(), " in the model");
+      m.store(r, n, rep.params.at(n), params.at(n).clone());
     }
     for (const auto& n : rep.state.names()) {
       OMT_CHECK(state.has(n), kInvalidArgument, "the checkpoint has no optimizer/normalisation state '", n,
                 "' (was it written with another optimizer?)");
-      rep.state.at(n) = state.at(n).clone();
+      OMT_CHECK(state.at(n).nbytes() == rep.state.at(n).nbytes(), kInvalidArgument, "state '", n, "' is ",
+                state.at(n).describe(), " in the checkpoint but ", rep.state.at(n).describe(), " in the model");
+      m.store(r, n, rep.state.at(n), state.at(n).clone());
     }
   }
   m.steps = steps_done;

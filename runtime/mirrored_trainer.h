@@ -31,6 +31,13 @@ struct MirrorOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
   SessionOptions session;       // device
+  // Note [Shared parameters]: tensors by initializer name (trainable parameters, BatchNorm
+  // statistics) that local replica 0 uses as its own storage instead of clones. They start
+  // the training (every replica copies them) and every step and load() writes into them in
+  // place, so whoever else holds them (the embedding API's Model) sees the new values with no
+  // copy or reload. Each must match its initializer's dtype and shape and outlive the trainer;
+  // the holder must not read them while step() or load() runs. Empty: replica 0 clones too.
+  NamedTensors shared_parameters;
 };
 
 // One local replica's shard of a global batch (may hold 0 samples).

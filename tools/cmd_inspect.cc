@@ -4,7 +4,9 @@
 #include <map>
 
 #include "backends/backend.h"
+#include "graph/autodiff.h"
 #include "graph/onnx_io.h"
+#include "graph/training.h"
 #include "runtime/session.h"
 #include "tools/commands.h"
 
@@ -36,6 +38,23 @@ void register_inspect(CLI::App& app) {
     const ParameterSummary p = summarize_parameters(g);
     std::cout << "parameters: " << p.count << " float tensors, " << p.elements << " values, "
               << p.bytes << " bytes\n";
+    TrainingSpec all;
+    std::vector<std::string> frozen;
+    try {
+      for (const auto& name : select_parameters(g, all, &frozen)) {
+        const Tensor& t = g.initializers.at(name);
+        std::cout << "  " << name << "  " << t.describe() << "\n";
+      }
+    } catch (const Error&) {
+      std::cout << "  (no trainable parameters)\n";
+    }
+    const auto no_grad = ops_lacking_gradient_rule(g);
+    if (no_grad.empty()) {
+      std::cout << "ops without a gradient rule: none\n";
+    } else {
+      std::cout << "ops without a gradient rule (" << no_grad.size() << "; training through them fails):\n";
+      for (const auto& s : no_grad) std::cout << "  " << s << "\n";
+    }
     const auto backend = get_backend(*device);
     const auto missing = unsupported_ops(g, *backend);
     if (missing.empty()) {

@@ -237,6 +237,14 @@ int run_train(const TrainArgs& a, char** argv) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
+  if (!a.output.empty()) {
+    // Fail before training, not after it, when the trained model could not be written.
+    const auto slash = a.output.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : a.output.substr(0, std::max<size_t>(slash, 1));
+    OMT_CHECK(access(dir.c_str(), W_OK) == 0, kIo, "cannot write --output '", a.output, "': folder '", dir,
+              "' ", access(dir.c_str(), F_OK) == 0 ? "is not writable" : "does not exist",
+              ". Create it or choose another path.");
+  }
   auto model = std::make_shared<const Model>(load_onnx(a.model));
   const Dataset train = load_dataset(a.data, a.labels);
   std::unique_ptr<Dataset> val;

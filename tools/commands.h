@@ -11,6 +11,7 @@ namespace omt::tools {
 void register_inspect(CLI::App& app);
 void register_predict(CLI::App& app);
 void register_train(CLI::App& app);  // grad, train, export-training-graph
+void register_eval(CLI::App& app);
 
 // The process's argv (for --nproc, which starts copies of this process).
 extern char** g_argv;

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   omt::tools::register_inspect(app);
   omt::tools::register_predict(app);
   omt::tools::register_train(app);
+  omt::tools::register_eval(app);
   omt::register_bench_collectives(app);
   try {
     app.parse(argc, argv);

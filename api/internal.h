@@ -1,0 +1,66 @@
+// Shared between the API's .cc files: conversions between public and internal tensors (no
+// copy), the error translation every public entry point runs under, and Model::Impl.
+// Internal: never installed, never included by a public header.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/tensor.h"
+#include "graph/ir.h"
+#include "onnx_mirror/model.h"
+#include "runtime/session.h"
+
+namespace onnx_mirror {
+namespace detail {
+
+// Both directions share the memory: the new handle keeps the old one alive as its owner.
+omt::Tensor to_internal(const Tensor& t);
+Tensor to_public(const omt::Tensor& t);
+
+ErrorKind public_kind(omt::ErrorKind kind);
+
+// Runs `f`, rethrowing onnx-mirror's internal errors as onnx_mirror::Error (same kind and
+// message), so no internal type crosses the public API.
+template <class F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const omt::Error& e) {
+    throw Error(public_kind(e.kind()), e.what());
+  }
+}
+
+}  // namespace detail
+
+struct Model::Impl {
+  std::mutex mu;  // serialises predict, evaluate, save and the attached Trainer
+
+  // The loaded model. Its initializers are the parameter store (Note [One parameter store]
+  // in model.cc): tensors that keep their storage for the model's life and are only ever
+  // written in place.
+  std::shared_ptr<omt::Model> model;
+
+  // Parameters fed to inference as inputs instead of constants because a Trainer may have
+  // changed them since the kernels were built (model.cc).
+  std::set<std::string> live;
+  bool has_trainer = false;
+
+  // Inference plan: one Session per replica, rebuilt when `replicas`, `threads` or `live`
+  // change.
+  std::vector<std::unique_ptr<omt::Session>> sessions;
+  int threads = 0;
+
+  // The caller holds `mu` for all of these.
+  omt::NamedTensors predict_locked(const omt::NamedTensors& inputs, int replicas, int threads_per_replica);
+  EvalResult evaluate_locked(const omt::Tensor& features, const omt::Tensor& labels, int replicas,
+                             int64_t chunk);
+  void set_live(const std::vector<std::string>& names);
+};
+
+}  // namespace onnx_mirror

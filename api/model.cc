@@ -1,0 +1,259 @@
+// Model: loading, replicated prediction and evaluation over the model's one parameter store.
+#include <omp.h>
+
+#include <cmath>
+#include <exception>
+#include <thread>
+
+#include "api/internal.h"
+#include "graph/onnx_io.h"
+#include "runtime/data/dataset.h"
+#include "runtime/predictor.h"
+
+namespace onnx_mirror {
+
+// Note [One parameter store]: a Model's omt::Model initializers are its parameters, and
+// nothing ever replaces their storage: an attached Trainer's replica 0 trains these very
+// tensors (MirrorOptions::shared_parameters, Note [Shared parameters] in
+// runtime/mirrored_trainer.h) and writes each update into them in place. Prediction must
+// then read them on every run. CPU kernels may cache work derived from constant inputs
+// (Conv keeps its reordered weights keyed by address), so a parameter that a Trainer can
+// change is "live": the inference plan takes it as a graph input, fed the store's tensor
+// each run, instead of as a constant. Until a Trainer attaches nothing is live and
+// inference runs fully constant-folded; attaching rebuilds the plan once. The model's lock
+// orders reads and writes: predict never sees half a step.
+
+using detail::guarded;
+using detail::to_internal;
+using detail::to_public;
+
+namespace {
+
+ValueSpec spec_of(const omt::ValueInfo& v) {
+  ValueSpec s;
+  s.name = v.name;
+  s.dtype = static_cast<DType>(v.dtype);
+  if (v.shape)
+    for (const auto& d : *v.shape) s.shape.push_back(d.is_fixed() ? d.value : -1);
+  return s;
+}
+
+}  // namespace
+
+Model::Model(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load(const std::string& path) {
+  return guarded([&] {
+    auto impl = std::make_shared<Impl>();
+    impl->model = std::make_shared<omt::Model>(omt::load_onnx(path));
+    // Build the plan once now, so unsupported ops are reported at load, all at once.
+    impl->predict_locked({}, 1, 1);
+    return Model(std::move(impl));
+  });
+}
+
+void Model::Impl::set_live(const std::vector<std::string>& names) {
+  const size_t before = live.size();
+  live.insert(names.begin(), names.end());
+  if (live.size() != before) sessions.clear();
+}
+
+omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, int replicas,
+                                              int threads_per_replica) {
+  OMT_CHECK(replicas >= 1, kInvalidArgument, "predict needs at least 1 replica, got ", replicas);
+  OMT_CHECK(threads_per_replica >= 1, kInvalidArgument, "predict needs at least 1 thread per replica, got ",
+            threads_per_replica);
+  if (static_cast<int>(sessions.size()) != replicas || threads != threads_per_replica) {
+    sessions.clear();
+    // The inference graph: live parameters become inputs (Note [One parameter store]).
+    auto plan = std::make_shared<omt::Model>(*model);
+    for (const auto& name : live) {
+      const omt::Tensor t = plan->graph.initializers.at(name);
+      plan->graph.initializers.erase(name);
+      omt::ValueInfo vi;
+      vi.name = name;
+      vi.dtype = t.dtype();
+      vi.shape.emplace();
+      for (int64_t d : t.shape()) vi.shape->push_back(omt::Dim{d, ""});
+      plan->graph.inputs.push_back(vi);
+    }
+    omt::SessionOptions so;
+    so.num_threads = threads_per_replica;
+    for (int r = 0; r < replicas; ++r) sessions.push_back(std::make_unique<omt::Session>(plan, so));
+    threads = threads_per_replica;
+  }
+  if (inputs.size() == 0) return {};
+
+  int64_t batch = -1;
+  for (const auto& name : inputs.names()) {
+    const omt::Tensor& t = inputs.at(name);
+    OMT_CHECK(t.rank() >= 1, kInvalidArgument, "input '", name, "' is a scalar ", t.describe(),
+              "; predict needs a batch dimension first. Reshape it to [1, ...].");
+    OMT_CHECK(batch < 0 || t.dim(0) == batch, kInvalidArgument, "input '", name, "' has batch dimension ",
+              t.dim(0), " but another input has ", batch, "; all inputs must share dimension 0.");
+    batch = t.dim(0);
+  }
+  const int n = static_cast<int>(std::min<int64_t>(replicas, std::max<int64_t>(batch, 1)));
+  std::vector<omt::NamedTensors> results(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  auto work = [&](int r) {
+    try {
+      omt::NamedTensors feeds;
+      for (const auto& name : inputs.names())
+        feeds.set(name, n == 1 ? inputs.at(name) : omt::slice_rows(inputs.at(name), batch * r / n, batch * (r + 1) / n));
+      for (const auto& name : live) feeds.set(name, model->graph.initializers.at(name));
+      results[r] = sessions[r]->run(feeds);
+    } catch (...) {
+      errors[r] = std::current_exception();
+    }
+  };
+  if (n == 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int r = 0; r < n; ++r)
+      pool.emplace_back([&, r] {
+        omp_set_num_threads(threads_per_replica);
+        work(r);
+      });
+    for (auto& t : pool) t.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  if (n == 1) return results[0];
+  omt::NamedTensors out;
+  for (const auto& name : results[0].names()) {
+    std::vector<omt::Tensor> parts;
+    for (auto& r : results) parts.push_back(r.at(name));
+    out.set(name, omt::concat_rows(parts));
+  }
+  return out;
+}
+
+EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::Tensor& labels, int replicas,
+                                        int64_t chunk) {
+  OMT_CHECK(features.defined() && features.rank() >= 1 && labels.defined() && labels.rank() == 1 &&
+                labels.dtype() == omt::DType::kInt64 && labels.dim(0) == features.dim(0),
+            kInvalidArgument, "evaluate needs features [N, ...] and int64 labels [N]; got ",
+            features.defined() ? features.describe() : "nothing", " and ", labels.defined() ? labels.describe() : "nothing");
+  OMT_CHECK(chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", chunk);
+  const std::string input = model->graph.inputs.at(0).name;
+  EvalResult result;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const int64_t* y = labels.data<int64_t>();
+  for (int64_t begin = 0; begin < features.dim(0); begin += chunk) {
+    const int64_t end = std::min(features.dim(0), begin + chunk);
+    omt::NamedTensors feeds;
+    feeds.set(input, omt::slice_rows(features, begin, end));
+    const omt::NamedTensors out = predict_locked(feeds, replicas, std::max(threads, 1));
+    const omt::Tensor& logits = out.at(out.names().at(0));
+    OMT_CHECK(logits.dtype() == omt::DType::kFloat32 && logits.rank() == 2, kInvalidArgument,
+              "evaluate scores class logits [N, C] but the first output '", out.names().at(0), "' is ",
+              logits.describe(), "; use predict and score it yourself");
+    const int64_t classes = logits.dim(1);
+    for (int64_t i = 0; i < end - begin; ++i) {
+      const float* row = logits.data<float>() + i * classes;
+      const int64_t label = y[begin + i];
+      OMT_CHECK(label >= 0 && label < classes, kInvalidArgument, "label ", label, " of sample ", begin + i,
+                " is outside the model's ", classes, " classes");
+      int64_t best = 0;
+      double mx = row[0];
+      for (int64_t c = 1; c < classes; ++c)
+        if (row[c] > mx) mx = row[c], best = c;
+      double sum = 0;
+      for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - mx);
+      loss_sum += std::log(sum) + mx - row[label];
+      correct += best == label;
+    }
+  }
+  result.samples = features.dim(0);
+  result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
+  result.accuracy = result.samples ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0.0;
+  return result;
+}
+
+std::vector<ValueSpec> Model::inputs() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<ValueSpec> out;
+  for (const auto& v : impl_->model->graph.inputs) out.push_back(spec_of(v));
+  return out;
+}
+
+std::vector<ValueSpec> Model::outputs() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<ValueSpec> out;
+  for (const auto& v : impl_->model->graph.outputs) out.push_back(spec_of(v));
+  return out;
+}
+
+Tensors Model::predict(const Tensors& inputs, int replicas, int threads_per_replica) {
+  return guarded([&] {
+    omt::NamedTensors feeds;
+    for (const auto& [name, t] : inputs) feeds.set(name, to_internal(t));
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const omt::NamedTensors out = impl_->predict_locked(feeds, replicas, threads_per_replica);
+    Tensors result;
+    for (const auto& name : out.names()) result[name] = to_public(out.at(name));
+    return result;
+  });
+}
+
+Tensor Model::predict(const Tensor& input, int replicas, int threads_per_replica) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    omt::NamedTensors feeds;
+    feeds.set(impl_->model->graph.inputs.at(0).name, to_internal(input));
+    const omt::NamedTensors out = impl_->predict_locked(feeds, replicas, threads_per_replica);
+    return to_public(out.at(impl_->model->graph.outputs.at(0).name));
+  });
+}
+
+EvalResult Model::evaluate(const Tensor& features, const Tensor& labels, int replicas, int64_t chunk) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    return impl_->evaluate_locked(to_internal(features), to_internal(labels), replicas, chunk);
+  });
+}
+
+Tensor Model::prepare(const Tensor& raw_features, const Preprocess& preprocess) const {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    omt::Preprocess pre;
+    pre.scale = preprocess.scale;
+    pre.mean = preprocess.mean;
+    pre.std = preprocess.std;
+    return to_public(omt::prepare_features(to_internal(raw_features), impl_->model->graph.inputs.at(0), pre));
+  });
+}
+
+std::vector<std::string> Model::parameter_names() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::string> out;
+  const auto& init = impl_->model->graph.initializers;
+  for (const auto& n : init.names())
+    if (omt::dtype_is_float(init.at(n).dtype())) out.push_back(n);
+  return out;
+}
+
+Tensor Model::parameter(const std::string& name) const {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const auto& init = impl_->model->graph.initializers;
+    OMT_CHECK(init.has(name), kInvalidArgument, "the model has no parameter '", name,
+              "'; Model::parameter_names() lists them");
+    return to_public(init.at(name).clone());
+  });
+}
+
+void Model::save(const std::string& path) const {
+  guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    omt::save_onnx(*impl_->model, path);
+  });
+}
+
+}  // namespace onnx_mirror

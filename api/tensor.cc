@@ -1,0 +1,126 @@
+// Public Tensor, errors and data sets: thin wrappers over omt::Tensor and the data readers.
+// Conversions in both directions share memory (the new handle owns a copy of the old one).
+#include <cstring>
+
+#include "api/internal.h"
+#include "onnx_mirror/data.h"
+#include "runtime/data/dataset.h"
+#include "runtime/predictor.h"
+
+namespace onnx_mirror {
+
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument: return "invalid argument";
+    case ErrorKind::kModel: return "model";
+    case ErrorKind::kUnsupported: return "unsupported";
+    case ErrorKind::kIo: return "i/o";
+    case ErrorKind::kCommunication: return "communication";
+    case ErrorKind::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+const char* dtype_name(DType dtype) { return omt::dtype_name(static_cast<omt::DType>(dtype)); }
+size_t dtype_size(DType dtype) { return omt::dtype_size(static_cast<omt::DType>(dtype)); }
+
+namespace detail {
+
+ErrorKind public_kind(omt::ErrorKind kind) {
+  switch (kind) {
+    case omt::ErrorKind::kInvalidArgument: return ErrorKind::kInvalidArgument;
+    case omt::ErrorKind::kModel: return ErrorKind::kModel;
+    case omt::ErrorKind::kUnsupported: return ErrorKind::kUnsupported;
+    case omt::ErrorKind::kIo: return ErrorKind::kIo;
+    case omt::ErrorKind::kCommunication: return ErrorKind::kCommunication;
+    case omt::ErrorKind::kInternal: return ErrorKind::kInternal;
+  }
+  return ErrorKind::kInternal;
+}
+
+omt::Tensor to_internal(const Tensor& t) {
+  if (!t.defined()) return omt::Tensor();
+  return omt::Tensor::wrap(static_cast<omt::DType>(t.dtype()), t.shape(), const_cast<void*>(t.raw()),
+                           std::make_shared<Tensor>(t));
+}
+
+Tensor to_public(const omt::Tensor& t) {
+  if (!t.defined()) return Tensor();
+  const auto dtype = static_cast<DType>(t.dtype());
+  OMT_CHECK((dtype == DType::kFloat32 || dtype == DType::kUInt8 || dtype == DType::kInt8 ||
+                 dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kBool ||
+                 dtype == DType::kFloat64),
+            kUnsupported, "a ", t.describe(), " array cannot cross the public API (it supports float32, "
+            "float64, uint8, int8, int32, int64 and bool). Cast it inside the model.");
+  return Tensor::wrap(dtype, t.shape(), const_cast<void*>(t.raw()), std::make_shared<omt::Tensor>(t));
+}
+
+}  // namespace detail
+
+Tensor Tensor::zeros(DType dtype, Shape shape) {
+  return detail::guarded([&] { return detail::to_public(omt::Tensor::zeros(static_cast<omt::DType>(dtype), shape)); });
+}
+
+Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error(ErrorKind::kInvalidArgument, "Tensor::wrap: negative dimension in a shape");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+void Tensor::check_type(DType requested) const {
+  if (requested != dtype_)
+    throw Error(ErrorKind::kInvalidArgument, std::string("tensor ") + describe() + " accessed as " +
+                                                 dtype_name(requested) + "; read it with its own dtype");
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return Tensor();
+  Tensor t = zeros(dtype_, shape_);
+  if (nbytes()) std::memcpy(t.raw(), data_, nbytes());
+  return t;
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  if (rank() < 1 || begin < 0 || begin > end || end > dim(0))
+    throw Error(ErrorKind::kInvalidArgument, "slice_rows(" + std::to_string(begin) + ", " + std::to_string(end) +
+                                                 ") is outside " + describe());
+  return detail::guarded([&] { return detail::to_public(omt::slice_rows(detail::to_internal(*this), begin, end)); });
+}
+
+std::string Tensor::describe() const {
+  std::string s = std::string(dtype_name(dtype_)) + "[";
+  for (size_t i = 0; i < shape_.size(); ++i) s += (i ? "," : "") + std::to_string(shape_[i]);
+  return s + "]";
+}
+
+Dataset Dataset::slice(int64_t begin, int64_t end) const {
+  Dataset d;
+  d.features = features.slice_rows(begin, end);
+  if (labels.defined()) d.labels = labels.slice_rows(begin, end);
+  d.source = source;
+  return d;
+}
+
+Dataset load_dataset(const std::string& spec, const std::string& labels_name, const std::string& features_name) {
+  return detail::guarded([&] {
+    const omt::Dataset in = omt::load_dataset(spec, labels_name, features_name);
+    Dataset d;
+    d.features = detail::to_public(in.features);
+    d.labels = detail::to_public(in.labels);
+    d.source = in.source;
+    return d;
+  });
+}
+
+}  // namespace onnx_mirror

@@ -1,0 +1,261 @@
+// Trainer: a MirroredTrainer whose replica 0 trains the Model's own parameter store (Note
+// [One parameter store] in model.cc); fit runs omt::fit on the same store.
+#include "onnx_mirror/trainer.h"
+
+#include <cmath>
+#include <ostream>
+
+#include "api/internal.h"
+#include "graph/training.h"
+#include "runtime/checkpoint.h"
+#include "runtime/fit.h"
+#include "runtime/mirrored_trainer.h"
+#include "runtime/predictor.h"
+
+namespace onnx_mirror {
+
+using detail::guarded;
+using detail::to_internal;
+using detail::to_public;
+
+struct Trainer::Impl {
+  std::shared_ptr<Model::Impl> model;  // shared: the store outlives a destroyed Model handle
+  TrainerOptions options;
+  omt::TrainingSpec spec;
+  omt::MirrorOptions mirror;
+  std::unique_ptr<omt::MirroredTrainer> mt;
+  float lr = 0;
+
+  // Cuts a global batch into one contiguous shard per replica.
+  std::vector<omt::ReplicaBatch> shard(const omt::NamedTensors& inputs, const omt::Tensor& labels) const {
+    OMT_CHECK(labels.defined() && labels.rank() >= 1, kInvalidArgument,
+              "step needs labels with a batch dimension first, got ", labels.defined() ? labels.describe() : "nothing");
+    const int64_t batch = labels.dim(0);
+    OMT_CHECK(batch > 0, kInvalidArgument, "step needs at least one sample");
+    for (const auto& name : inputs.names())
+      OMT_CHECK(inputs.at(name).rank() >= 1 && inputs.at(name).dim(0) == batch, kInvalidArgument, "input '", name,
+                "' is ", inputs.at(name).describe(), " but the labels hold ", batch,
+                " samples; every input needs the same batch dimension as the labels");
+    const int R = mt->local_replicas();
+    std::vector<omt::ReplicaBatch> shards(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const int64_t begin = batch * r / R, end = batch * (r + 1) / R;
+      for (const auto& name : inputs.names()) shards[r].inputs.set(name, omt::slice_rows(inputs.at(name), begin, end));
+      shards[r].labels = omt::slice_rows(labels, begin, end);
+    }
+    return shards;
+  }
+
+  // After fit (its own MirroredTrainer on the same store): replicas 1..N-1 copy the store
+  // again and the optimizer state starts fresh, so step() continues from fit's result.
+  void resync(int64_t steps) {
+    const omt::TrainingGraph& tg = mt->training_graph();
+    const auto& store = model->model->graph.initializers;
+    omt::NamedTensors params, state;
+    for (const auto& p : tg.params) params.set(p.name, store.at(p.name));
+    for (const auto& s : tg.states) state.set(s.name, store.has(s.name) ? store.at(s.name) : s.initial);
+    mt->load(params, state, steps);
+  }
+};
+
+Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_unique<Impl>()) {
+  guarded([&] {
+    OMT_CHECK(model.impl_ != nullptr, kInvalidArgument, "Trainer got a moved-from Model; pass a loaded one");
+    Impl& t = *impl_;
+    t.model = model.impl_;
+    t.options = options;
+    t.lr = options.lr;
+    t.spec.loss = omt::parse_loss_kind(options.loss);
+    t.spec.output = options.output;
+    t.spec.train_regex = options.train_regex;
+    t.spec.freeze_regex = options.freeze_regex;
+    t.spec.optimizer.kind = omt::parse_optimizer_kind(options.optimizer);
+    t.spec.optimizer.momentum = options.momentum;
+    t.spec.optimizer.nesterov = options.nesterov;
+    t.spec.optimizer.weight_decay = options.weight_decay;
+    t.spec.optimizer.beta1 = options.beta1;
+    t.spec.optimizer.beta2 = options.beta2;
+    t.spec.optimizer.epsilon = options.epsilon;
+    OMT_CHECK(options.replicas >= 1, kInvalidArgument, "TrainerOptions::replicas must be at least 1, got ",
+              options.replicas);
+    OMT_CHECK(std::isfinite(options.lr) && options.lr >= 0, kInvalidArgument,
+              "TrainerOptions::lr must be a finite number >= 0, got ", options.lr);
+    t.mirror.replicas = options.replicas;
+    t.mirror.threads_per_replica = options.threads_per_replica;
+    t.mirror.bucket_cap_bytes = options.bucket_cap_bytes;
+    t.mirror.first_bucket_bytes = options.first_bucket_bytes;
+    t.mirror.overlap = options.overlap;
+
+    std::lock_guard<std::mutex> lock(t.model->mu);
+    OMT_CHECK(!t.model->has_trainer, kInvalidArgument,
+              "this Model already has a Trainer; destroy it before creating another (a Model's "
+              "parameters are trained by one Trainer at a time)");
+    // Share the whole store; the trainer adopts the parameters and statistics it trains.
+    t.mirror.shared_parameters = t.model->model->graph.initializers;
+    t.mt = std::make_unique<omt::MirroredTrainer>(t.model->model, t.spec, t.mirror);
+    std::vector<std::string> live;
+    for (const auto& p : t.mt->training_graph().params) live.push_back(p.name);
+    for (const auto& s : t.mt->plan().batchnorm_states) live.push_back(s);
+    t.model->set_live(live);
+    t.model->has_trainer = true;
+  });
+}
+
+Trainer::~Trainer() {
+  if (!impl_ || !impl_->model) return;
+  std::lock_guard<std::mutex> lock(impl_->model->mu);
+  impl_->mt.reset();
+  impl_->model->has_trainer = false;
+}
+
+double Trainer::step(const Tensors& inputs, const Tensor& labels) {
+  return guarded([&] {
+    omt::NamedTensors feeds;
+    for (const auto& [name, t] : inputs) feeds.set(name, to_internal(t));
+    std::lock_guard<std::mutex> lock(impl_->model->mu);
+    const auto shards = impl_->shard(feeds, to_internal(labels));
+    return impl_->mt->step(shards, labels.dim(0), impl_->lr).loss;
+  });
+}
+
+double Trainer::step(const Tensor& input, const Tensor& labels) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(impl_->model->mu);
+    name = impl_->model->model->graph.inputs.at(0).name;
+  }
+  return step(Tensors{{name, input}}, labels);
+}
+
+FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const FitConfig& config) {
+  return guarded([&] {
+    Impl& t = *impl_;
+    std::lock_guard<std::mutex> lock(t.model->mu);
+    omt::FitOptions o;
+    o.spec = t.spec;
+    o.mirror = t.mirror;  // shared_parameters: fit's replica 0 trains the store too
+    o.epochs = config.epochs;
+    o.max_steps = config.max_steps;
+    o.global_batch = config.batch;
+    o.lr = t.lr;
+    o.lr_schedule = config.lr_schedule;
+    o.warmup_steps = config.warmup_steps;
+    o.seed = config.seed;
+    o.shuffle = config.shuffle;
+    o.preprocess.scale = config.preprocess.scale;
+    o.preprocess.mean = config.preprocess.mean;
+    o.preprocess.std = config.preprocess.std;
+    o.checkpoint_dir = config.checkpoint_dir;
+    o.checkpoint_every = config.checkpoint_every;
+    o.keep_checkpoints = config.keep_checkpoints;
+    o.resume = config.resume;
+    o.metrics_path = config.metrics_path;
+    o.report_path = config.report_path;
+    o.trace_path = config.trace_path;
+    o.mirror.trace = !config.trace_path.empty();
+    o.class_names = config.class_names;
+    o.stop = config.stop;
+    const std::string input = t.model->model->graph.inputs.at(0).name;
+    auto convert = [&](const Dataset& d) {
+      omt::Dataset out;
+      out.source = d.source.empty() ? "in-memory arrays" : d.source;
+      out.feature_name = input;
+      out.features = to_internal(d.features);
+      out.labels = to_internal(d.labels);
+      return out;
+    };
+    const omt::Dataset tr = convert(train);
+    omt::Dataset val;
+    if (validation) val = convert(*validation);
+    std::ostream silent(nullptr);
+    omt::FitResult r = omt::fit(t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
+    t.resync(r.steps_done);
+
+    FitReport report;
+    for (const auto& e : r.epochs) {
+      EpochReport er;
+      er.epoch = e.epoch;
+      er.steps = e.steps;
+      er.samples = e.samples;
+      er.seconds = e.seconds;
+      er.train_loss = e.train_loss;
+      er.train_accuracy = e.train_accuracy;
+      er.val_loss = e.val_loss;
+      er.val_accuracy = e.val_accuracy;
+      er.samples_per_s = e.samples_per_s;
+      er.lr = e.lr;
+      report.epochs.push_back(er);
+    }
+    report.final_eval.loss = r.final_eval.loss;
+    report.final_eval.accuracy = r.final_eval.accuracy;
+    report.final_eval.samples = r.final_eval.samples;
+    report.samples_per_s = r.samples_per_s;
+    report.steps_done = r.steps_done;
+    report.interrupted = r.interrupted;
+    report.last_checkpoint = r.last_checkpoint;
+    return report;
+  });
+}
+
+EvalResult Trainer::evaluate(const Tensor& features, const Tensor& labels, int64_t chunk) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->model->mu);
+    return impl_->model->evaluate_locked(to_internal(features), to_internal(labels), impl_->mt->local_replicas(), chunk);
+  });
+}
+
+std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) const {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->model->mu);
+    const omt::MirroredTrainer& mt = *impl_->mt;
+    omt::Checkpoint ck;
+    ck.model_fingerprint = omt::model_fingerprint(omt::param_signatures(mt.parameters()));
+    ck.params = mt.parameters();
+    ck.state = mt.state();
+    ck.step = mt.steps_done();
+    ck.meta["optimizer"] = impl_->options.optimizer;
+    ck.meta["lr"] = std::to_string(impl_->lr);
+    ck.meta["replicas"] = std::to_string(mt.local_replicas());
+    return omt::save_checkpoint(dir, ck, keep_last);
+  });
+}
+
+void Trainer::resume(const std::string& dir_or_file) {
+  guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->model->mu);
+    omt::MirroredTrainer& mt = *impl_->mt;
+    const omt::Checkpoint ck = omt::load_checkpoint(dir_or_file);
+    const auto signatures = omt::param_signatures(mt.parameters());
+    omt::check_compatible(ck, omt::model_fingerprint(signatures), signatures);
+    mt.load(ck.params, ck.state, ck.step);
+  });
+}
+
+float Trainer::lr() const {
+  std::lock_guard<std::mutex> lock(impl_->model->mu);
+  return impl_->lr;
+}
+
+void Trainer::set_lr(float lr) {
+  if (!std::isfinite(lr) || lr < 0)
+    throw Error(ErrorKind::kInvalidArgument, "set_lr needs a finite learning rate >= 0, got " + std::to_string(lr));
+  std::lock_guard<std::mutex> lock(impl_->model->mu);
+  impl_->lr = lr;
+}
+
+int64_t Trainer::steps_done() const {
+  std::lock_guard<std::mutex> lock(impl_->model->mu);
+  return impl_->mt->steps_done();
+}
+
+int Trainer::replicas() const { return impl_->mt->local_replicas(); }
+
+std::vector<std::string> Trainer::trainable() const {
+  std::vector<std::string> out;
+  for (const auto& p : impl_->mt->training_graph().params) out.push_back(p.name);
+  return out;
+}
+
+std::vector<std::string> Trainer::frozen() const { return impl_->mt->training_graph().frozen; }
+
+}  // namespace onnx_mirror

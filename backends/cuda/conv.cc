@@ -1,0 +1,320 @@
+// Conv and ConvGrad (1-D to 3-D, groups, strides, dilations, symmetric pads, auto_pad) on
+// cuDNN, float32 and float64. Descriptors and algorithms are chosen once per input-shape
+// signature (cuDNN's heuristics, no benchmarking) and reused; workspaces come from the
+// context's arena. Asymmetric padding (cuDNN cannot express it) is a clear kUnsupported.
+#include <algorithm>
+#include <map>
+
+#include "backends/cuda/cuda_backend.h"
+
+namespace omt::cuda {
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{1} << 30;  // algorithms needing more are skipped
+
+cudnnDataType_t cudnn_dtype(DType d, const std::string& where) {
+  if (d == DType::kFloat32) return CUDNN_DATA_FLOAT;
+  if (d == DType::kFloat64) return CUDNN_DATA_DOUBLE;
+  OMT_FAIL(kUnsupported, where, ": the CUDA backend has no convolution for dtype ", dtype_name(d));
+}
+
+// Conv attributes and the geometry they give for one pair of X and W shapes.
+struct ConvAttrs {
+  std::string auto_pad;
+  std::vector<int64_t> kernel_shape, strides, dilations, pads;
+  int64_t group = 1;
+
+  explicit ConvAttrs(const KernelInfo& info) {
+    const AttributeMap& a = info.attr();
+    auto_pad = a.get_string("auto_pad", "NOTSET");
+    OMT_CHECK(auto_pad == "NOTSET" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" || auto_pad == "VALID",
+              kModel, info.where(), ": auto_pad '", auto_pad, "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    kernel_shape = a.get_ints("kernel_shape");
+    strides = a.get_ints("strides");
+    dilations = a.get_ints("dilations");
+    pads = a.get_ints("pads");
+    group = a.get_int("group", 1);
+    OMT_CHECK(group >= 1, kModel, info.where(), ": group must be >= 1, got ", group);
+  }
+
+  // Output shape; fills per-spatial-dim strides, dilations and (symmetric) pads.
+  Shape resolve(const std::string& where, const Shape& x, const Shape& w, std::vector<int>& s,
+                std::vector<int>& d, std::vector<int>& p) const {
+    OMT_CHECK(x.size() >= 3 && x.size() <= 5 && w.size() == x.size(), kUnsupported, where,
+              ": Conv supports 1-D to 3-D inputs [N,C,...] with weights of the same rank, got X ",
+              shape_str(x), " and W ", shape_str(w));
+    const size_t nsp = x.size() - 2;
+    OMT_CHECK(x[1] == w[1] * group && w[0] % group == 0, kModel, where, ": X ", shape_str(x), " and W ",
+              shape_str(w), " do not match group ", group);
+    const Shape ws(w.begin() + 2, w.end());
+    const std::vector<int64_t> k = kernel_shape.empty() ? std::vector<int64_t>(ws) : kernel_shape;
+    const std::vector<int64_t> st = strides.empty() ? std::vector<int64_t>(nsp, 1) : strides;
+    const std::vector<int64_t> dl = dilations.empty() ? std::vector<int64_t>(nsp, 1) : dilations;
+    OMT_CHECK(k.size() == nsp && st.size() == nsp && dl.size() == nsp && k == ws, kModel, where,
+              ": kernel_shape/strides/dilations must have one value per spatial dim (", nsp,
+              ") and kernel_shape must match W ", shape_str(w));
+    OMT_CHECK(pads.empty() || pads.size() == 2 * nsp, kModel, where, ": pads must have ", 2 * nsp, " values");
+    Shape out = {x[0], w[0]};
+    s.clear();
+    d.clear();
+    p.clear();
+    for (size_t i = 0; i < nsp; ++i) {
+      OMT_CHECK(st[i] >= 1 && dl[i] >= 1, kModel, where, ": strides and dilations must be >= 1");
+      const int64_t in = x[i + 2], ek = (k[i] - 1) * dl[i] + 1;
+      int64_t pb = 0, pe = 0, o;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        o = (in + st[i] - 1) / st[i];
+        const int64_t total = std::max<int64_t>(0, (o - 1) * st[i] + ek - in);
+        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else {
+        if (auto_pad == "NOTSET" && !pads.empty()) {
+          pb = pads[i];
+          pe = pads[i + nsp];
+        }
+        const int64_t span = in + pb + pe - ek;
+        o = span >= 0 ? span / st[i] + 1 : 0;
+        // Trailing padding that no window reaches does not change the result.
+        if (pe != pb && span >= 0 && in + 2 * pb - ek >= 0 && (in + 2 * pb - ek) / st[i] + 1 == o) pe = pb;
+      }
+      OMT_CHECK(pb == pe, kUnsupported, where, ": asymmetric padding (", pb, " before, ", pe, " after, spatial dim ",
+                i, ") is not supported by cuDNN; use --device cpu or re-export with symmetric pads");
+      OMT_CHECK(o >= 1, kModel, where, ": input ", shape_str(x), " is smaller than the kernel ", shape_str(k));
+      out.push_back(o);
+      s.push_back(static_cast<int>(st[i]));
+      d.push_back(static_cast<int>(dl[i]));
+      p.push_back(static_cast<int>(pb));
+    }
+    return out;
+  }
+};
+
+// cuDNN needs at least 4-D tensors: a 1-D convolution runs as 2-D with H = 1.
+std::vector<int> dims4(const Shape& s) {
+  std::vector<int> d;
+  for (int64_t v : s) d.push_back(static_cast<int>(v));
+  if (d.size() == 3) d.insert(d.begin() + 2, 1);
+  return d;
+}
+
+std::vector<int> packed_strides(const std::vector<int>& dims) {
+  std::vector<int> st(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * dims[i + 1];
+  return st;
+}
+
+// Every descriptor and algorithm of one convolution shape, destroyed with it.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t fwd_ws = 0, bwd_data_ws = 0, bwd_filter_ws = 0;
+  Shape out;
+
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  ~ConvPlan() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+void set_tensor(cudnnTensorDescriptor_t desc, cudnnDataType_t dt, const std::vector<int>& dims) {
+  const std::vector<int> st = packed_strides(dims);
+  OMT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc, dt, static_cast<int>(dims.size()), dims.data(), st.data()));
+}
+
+// Picks the first heuristic result that succeeded and fits the workspace cap.
+template <class Perf>
+const Perf* pick(const Perf* results, int count) {
+  for (int i = 0; i < count; ++i)
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].memory <= kMaxWorkspace) return &results[i];
+  return nullptr;
+}
+
+std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, const ConvAttrs& attrs, const std::string& where, DType dtype,
+                                    const Shape& xs, const Shape& wsh, bool fwd, bool bwd_data, bool bwd_filter) {
+  auto plan = std::make_unique<ConvPlan>();
+  std::vector<int> s, d, p;
+  plan->out = attrs.resolve(where, xs, wsh, s, d, p);
+  if (xs.size() == 3) {  // 1-D as 2-D
+    s.insert(s.begin(), 1);
+    d.insert(d.begin(), 1);
+    p.insert(p.begin(), 0);
+  }
+  const cudnnDataType_t dt = cudnn_dtype(dtype, where);
+  OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
+  OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
+  OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->bias));
+  OMT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
+  OMT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
+  set_tensor(plan->x, dt, dims4(xs));
+  set_tensor(plan->y, dt, dims4(plan->out));
+  std::vector<int> bias_dims(dims4(plan->out).size(), 1);
+  bias_dims[1] = static_cast<int>(wsh[0]);
+  set_tensor(plan->bias, dt, bias_dims);
+  const std::vector<int> wd = dims4(wsh);
+  OMT_CUDNN_CHECK(cudnnSetFilterNdDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
+  OMT_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(plan->conv, static_cast<int>(p.size()), p.data(), s.data(), d.data(),
+                                                  CUDNN_CROSS_CORRELATION, dt));
+  OMT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, static_cast<int>(attrs.group)));
+  // Note [exact float32] in cuda_backend.cc: no TF32 tensor-core math.
+  OMT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
+
+  const auto none = [&](const char* what) {
+    OMT_FAIL(kUnsupported, where, ": cuDNN offers no ", what, " algorithm for X ", shape_str(xs), ", W ",
+             shape_str(wsh), " within ", kMaxWorkspace >> 20, " MiB of workspace; use --device cpu");
+  };
+  if (fwd) {
+    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int n = 0;
+    OMT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan->x, plan->w, plan->conv, plan->y,
+                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r));
+    const auto* best = pick(r, n);
+    if (!best) none("forward");
+    plan->fwd = best->algo;
+    OMT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, plan->x, plan->w, plan->conv, plan->y, plan->fwd, &plan->fwd_ws));
+  }
+  if (bwd_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int n = 0;
+    OMT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan->w, plan->y, plan->conv, plan->x,
+                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r));
+    const auto* best = pick(r, n);
+    if (!best) none("backward-data");
+    plan->bwd_data = best->algo;
+    OMT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan->w, plan->y, plan->conv, plan->x,
+                                                                 plan->bwd_data, &plan->bwd_data_ws));
+  }
+  if (bwd_filter) {
+    cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int n = 0;
+    OMT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan->x, plan->y, plan->conv, plan->w,
+                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r));
+    const auto* best = pick(r, n);
+    if (!best) none("backward-filter");
+    plan->bwd_filter = best->algo;
+    OMT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, plan->x, plan->y, plan->conv, plan->w,
+                                                                   plan->bwd_filter, &plan->bwd_filter_ws));
+  }
+  return plan;
+}
+
+// alpha/beta are float for float data and double for double data (cuDNN's rule).
+struct Scale {
+  float f[2] = {1.f, 0.f};
+  double d[2] = {1.0, 0.0};
+  const void* one(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d[0]) : &f[0]; }
+  const void* zero(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d[1]) : &f[1]; }
+};
+
+class ConvKernel final : public CudaKernel {
+ public:
+  ConvKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), attrs_(info) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor* b = optional_input(ctx, 2);
+    OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, where(),
+              ": Conv inputs must share one dtype, got X ", x.describe(), ", W ", w.describe());
+    OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == w.dim(0)), kModel, where(), ": bias must be [", w.dim(0),
+              "], got ", b ? b->describe() : "");
+    ConvPlan& p = plan(x, w);
+    Tensor& y = ctx.output(0, x.dtype(), p.out);
+    if (y.numel() == 0) return;
+    if (x.numel() == 0 || w.numel() == 0) return cu_.fill_zero(y);
+    const Scale sc;
+    void* ws = cu_.workspace(p.fwd_ws);
+    OMT_CUDNN_CHECK(cudnnConvolutionForward(cu_.cudnn(), sc.one(x.dtype()), p.x, x.raw(), p.w, w.raw(), p.conv, p.fwd,
+                                            ws, p.fwd_ws, sc.zero(x.dtype()), p.y, y.raw()));
+    if (b)
+      OMT_CUDNN_CHECK(cudnnAddTensor(cu_.cudnn(), sc.one(x.dtype()), p.bias, b->raw(), sc.one(x.dtype()), p.y, y.raw()));
+  }
+
+ private:
+  ConvPlan& plan(const Tensor& x, const Tensor& w) {
+    std::vector<int64_t> key = x.shape();
+    key.push_back(-1);
+    key.insert(key.end(), w.shape().begin(), w.shape().end());
+    key.push_back(static_cast<int64_t>(x.dtype()));
+    auto it = plans_.find(key);
+    if (it == plans_.end())
+      it = plans_.emplace(key, make_plan(cu_.cudnn(), attrs_, where(), x.dtype(), x.shape(), w.shape(), true, false, false)).first;
+    return *it->second;
+  }
+
+  ConvAttrs attrs_;
+  std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans_;
+};
+
+// ConvGrad(dY, X, W) -> dX, dW, dB; only the outputs the graph reads are computed.
+class ConvGradKernel final : public CudaKernel {
+ public:
+  ConvGradKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), attrs_(info) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    const Tensor& w = ctx.in(2);
+    OMT_CHECK(x.dtype() == w.dtype() && dy.dtype() == x.dtype(), kModel, where(),
+              ": dY, X and W must share one dtype, got ", dy.describe(), ", ", x.describe(), ", ", w.describe());
+    const bool want_dx = wanted(ctx, 0), want_dw = wanted(ctx, 1), want_db = wanted(ctx, 2);
+    ConvPlan& p = plan(x, w, want_dx, want_dw);
+    OMT_CHECK(dy.shape() == p.out, kModel, where(), ": dY is ", shape_str(dy.shape()),
+              " but the convolution's output is ", shape_str(p.out));
+    Tensor* dx = want_dx ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
+    Tensor* dw = want_dw ? &ctx.output(1, w.dtype(), w.shape()) : nullptr;
+    Tensor* db = want_db ? &ctx.output(2, w.dtype(), {w.dim(0)}) : nullptr;
+    if (dy.numel() == 0 || x.numel() == 0 || w.numel() == 0) {
+      for (Tensor* t : {dx, dw, db})
+        if (t) cu_.fill_zero(*t);
+      return;
+    }
+    const Scale sc;
+    const DType dt = x.dtype();
+    if (db)
+      OMT_CUDNN_CHECK(cudnnConvolutionBackwardBias(cu_.cudnn(), sc.one(dt), p.y, dy.raw(), sc.zero(dt), p.bias, db->raw()));
+    if (dx) {
+      void* ws = cu_.workspace(p.bwd_data_ws);
+      OMT_CUDNN_CHECK(cudnnConvolutionBackwardData(cu_.cudnn(), sc.one(dt), p.w, w.raw(), p.y, dy.raw(), p.conv,
+                                                   p.bwd_data, ws, p.bwd_data_ws, sc.zero(dt), p.x, dx->raw()));
+    }
+    if (dw) {
+      void* ws = cu_.workspace(p.bwd_filter_ws);
+      OMT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cu_.cudnn(), sc.one(dt), p.x, x.raw(), p.y, dy.raw(), p.conv,
+                                                     p.bwd_filter, ws, p.bwd_filter_ws, sc.zero(dt), p.w, dw->raw()));
+    }
+  }
+
+ private:
+  ConvPlan& plan(const Tensor& x, const Tensor& w, bool want_dx, bool want_dw) {
+    std::vector<int64_t> key = x.shape();
+    key.push_back(-1);
+    key.insert(key.end(), w.shape().begin(), w.shape().end());
+    key.push_back(static_cast<int64_t>(x.dtype()));
+    key.push_back(want_dx);
+    key.push_back(want_dw);
+    auto it = plans_.find(key);
+    if (it == plans_.end())
+      it = plans_.emplace(key, make_plan(cu_.cudnn(), attrs_, where(), x.dtype(), x.shape(), w.shape(), false,
+                                         want_dx, want_dw)).first;
+    return *it->second;
+  }
+
+  ConvAttrs attrs_;
+  std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans_;
+};
+
+OMT_REGISTER_CUDA_KERNEL("Conv", ConvKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "ConvGrad", ConvGradKernel);
+
+}  // namespace
+}  // namespace omt::cuda

@@ -1,0 +1,493 @@
+// Elementwise ops on the GPU: unary activations and math, binary arithmetic and comparisons
+// with numpy broadcasting, Pow, Where, Clip, variadic Sum/Mean/Max/Min, and the pointwise
+// gradients ReluGrad/SigmoidGrad/TanhGrad. One thread per output element (grid-stride);
+// semantics follow backends/cpu/elementwise_*.cc and grad_elementwise.cc.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cuda/cuda_kernels.cuh"
+
+namespace omt::cuda {
+namespace {
+
+// ================================== kernels ==================================
+
+template <class T, class Op>
+__global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, Op op) {
+  OMT_GRID_STRIDE(i, n) { y[i] = op(x[i]); }
+}
+
+// y = op(a, b) with a and b broadcast to y; contiguous same-shape inputs skip the indexer.
+template <class TA, class TB, class TY, class Op>
+__global__ void binary_kernel(const TA* __restrict__ a, const TB* __restrict__ b, TY* __restrict__ y,
+                              int64_t n, BroadcastIndexer<2> ix, bool same_shape, Op op) {
+  OMT_GRID_STRIDE(i, n) {
+    if (same_shape) {
+      y[i] = op(a[i], b[i]);
+    } else {
+      int64_t off[2];
+      ix.offsets(i, off);
+      y[i] = op(a[off[0]], b[off[1]]);
+    }
+  }
+}
+
+template <class T>
+__global__ void where_kernel(const bool* __restrict__ c, const T* __restrict__ a, const T* __restrict__ b,
+                             T* __restrict__ y, int64_t n, BroadcastIndexer<3> ix) {
+  OMT_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    ix.offsets(i, off);
+    y[i] = c[off[0]] ? a[off[1]] : b[off[2]];
+  }
+}
+
+template <class T>
+__global__ void clip_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, T lo, T hi) {
+  OMT_GRID_STRIDE(i, n) {
+    const T v = x[i];
+    y[i] = v < lo ? lo : (v > hi ? hi : v);
+  }
+}
+
+template <class T>
+__global__ void scale_kernel(T* __restrict__ y, int64_t n, T s) {
+  OMT_GRID_STRIDE(i, n) { y[i] = y[i] * s; }
+}
+
+// ================================== functors ==================================
+
+#define OMT_CUDA_UNARY(Name, expr)                          \
+  struct Name {                                             \
+    explicit Name(const AttributeMap&) {}                   \
+    template <class T>                                      \
+    __device__ T operator()(T x) const {                    \
+      return expr;                                          \
+    }                                                       \
+  };
+
+OMT_CUDA_UNARY(AbsF, x < T(0) ? T(-x) : x)
+OMT_CUDA_UNARY(NegF, T(-x))
+OMT_CUDA_UNARY(ReluF, x < T(0) ? T(0) : x)
+OMT_CUDA_UNARY(SqrtF, sqrt(x))
+OMT_CUDA_UNARY(ExpF, exp(x))
+OMT_CUDA_UNARY(LogF, log(x))
+OMT_CUDA_UNARY(ReciprocalF, T(1) / x)
+OMT_CUDA_UNARY(SigmoidF, x >= T(0) ? T(1) / (T(1) + exp(-x)) : exp(x) / (T(1) + exp(x)))
+OMT_CUDA_UNARY(HardSwishF, x * fmax(T(0), fmin(T(1), x * T(1.0 / 6.0) + T(0.5))))
+OMT_CUDA_UNARY(SoftplusF, x > T(0) ? x + log1p(exp(-x)) : log1p(exp(x)))
+OMT_CUDA_UNARY(SoftsignF, x / (T(1) + fabs(x)))
+OMT_CUDA_UNARY(TanhF, tanh(x))
+OMT_CUDA_UNARY(ErfF, erf(x))
+OMT_CUDA_UNARY(FloorF, floor(x))
+OMT_CUDA_UNARY(CeilF, ceil(x))
+OMT_CUDA_UNARY(RoundF, nearbyint(x))
+OMT_CUDA_UNARY(SignF, isnan(x) ? x : (x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0))))
+OMT_CUDA_UNARY(SinF, sin(x))
+OMT_CUDA_UNARY(CosF, cos(x))
+OMT_CUDA_UNARY(TanF, tan(x))
+OMT_CUDA_UNARY(AsinF, asin(x))
+OMT_CUDA_UNARY(AcosF, acos(x))
+OMT_CUDA_UNARY(AtanF, atan(x))
+OMT_CUDA_UNARY(SinhF, sinh(x))
+OMT_CUDA_UNARY(CoshF, cosh(x))
+OMT_CUDA_UNARY(AsinhF, asinh(x))
+OMT_CUDA_UNARY(AcoshF, acosh(x))
+OMT_CUDA_UNARY(AtanhF, atanh(x))
+#undef OMT_CUDA_UNARY
+
+struct LeakyReluF {
+  explicit LeakyReluF(const AttributeMap& a) : alpha(a.get_float("alpha", 0.01f)) {}
+  template <class T>
+  __device__ T operator()(T x) const { return x < T(0) ? T(alpha) * x : x; }
+  float alpha;
+};
+struct EluF {
+  explicit EluF(const AttributeMap& a) : alpha(a.get_float("alpha", 1.0f)) {}
+  template <class T>
+  __device__ T operator()(T x) const { return x < T(0) ? T(alpha) * expm1(x) : x; }
+  float alpha;
+};
+struct SeluF {
+  explicit SeluF(const AttributeMap& a)
+      : alpha(a.get_float("alpha", 1.67326319217681884765625f)),
+        gamma(a.get_float("gamma", 1.05070102214813232421875f)) {}
+  template <class T>
+  __device__ T operator()(T x) const {
+    return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * exp(x) - T(alpha));
+  }
+  float alpha, gamma;
+};
+struct CeluF {
+  explicit CeluF(const AttributeMap& a) : alpha(a.get_float("alpha", 1.0f)) {}
+  template <class T>
+  __device__ T operator()(T x) const {
+    return fmax(T(0), x) + fmin(T(0), T(alpha) * expm1(x / T(alpha)));
+  }
+  float alpha;
+};
+struct HardSigmoidF {
+  explicit HardSigmoidF(const AttributeMap& a)
+      : alpha(a.get_float("alpha", 0.2f)), beta(a.get_float("beta", 0.5f)) {}
+  template <class T>
+  __device__ T operator()(T x) const { return fmax(T(0), fmin(T(1), T(alpha) * x + T(beta))); }
+  float alpha, beta;
+};
+struct ThresholdedReluF {
+  explicit ThresholdedReluF(const AttributeMap& a) : alpha(a.get_float("alpha", 1.0f)) {}
+  template <class T>
+  __device__ T operator()(T x) const { return x > T(alpha) ? x : T(0); }
+  float alpha;
+};
+struct ShrinkF {
+  explicit ShrinkF(const AttributeMap& a)
+      : lambd(a.get_float("lambd", 0.5f)), bias(a.get_float("bias", 0.0f)) {}
+  template <class T>
+  __device__ T operator()(T x) const {
+    return x < -T(lambd) ? x + T(bias) : (x > T(lambd) ? x - T(bias) : T(0));
+  }
+  float lambd, bias;
+};
+
+struct AddF { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct SubF { template <class T> __device__ T operator()(T a, T b) const { return a - b; } };
+struct MulF { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+struct DivF { template <class T> __device__ T operator()(T a, T b) const { return a / b; } };
+struct MaxF {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if constexpr (std::numeric_limits<T>::has_quiet_NaN) {
+      if (isnan(a) || isnan(b)) return a + b;  // NaN propagates, as std::max on the CPU path
+    }
+    return a < b ? b : a;
+  }
+};
+struct MinF {
+  template <class T> __device__ T operator()(T a, T b) const {
+    if constexpr (std::numeric_limits<T>::has_quiet_NaN) {
+      if (isnan(a) || isnan(b)) return a + b;
+    }
+    return b < a ? b : a;
+  }
+};
+struct FirstF { template <class T> __device__ T operator()(T a, T) const { return a; } };
+struct EqualF { template <class T> __device__ bool operator()(T a, T b) const { return a == b; } };
+struct GreaterF { template <class T> __device__ bool operator()(T a, T b) const { return a > b; } };
+struct LessF { template <class T> __device__ bool operator()(T a, T b) const { return a < b; } };
+struct GreaterOrEqualF { template <class T> __device__ bool operator()(T a, T b) const { return a >= b; } };
+struct LessOrEqualF { template <class T> __device__ bool operator()(T a, T b) const { return a <= b; } };
+struct AndF { __device__ bool operator()(bool a, bool b) const { return a && b; } };
+struct OrF { __device__ bool operator()(bool a, bool b) const { return a || b; } };
+struct XorF { __device__ bool operator()(bool a, bool b) const { return a != b; } };
+struct PowF {
+  template <class TB, class TE> __device__ TB operator()(TB b, TE e) const {
+    if constexpr (std::is_integral_v<TB>) {
+      // Integer power by squaring (negative exponents truncate toward zero, as the CPU path).
+      if (e < TE(0)) return b == TB(1) ? TB(1) : (b == TB(-1) ? ((static_cast<int64_t>(e) & 1) ? TB(-1) : TB(1)) : TB(0));
+      TB r = 1, p = b;
+      for (int64_t k = static_cast<int64_t>(e); k > 0; k >>= 1) {
+        if (k & 1) r *= p;
+        p *= p;
+      }
+      return r;
+    } else {
+      return static_cast<TB>(pow(b, static_cast<TB>(e)));
+    }
+  }
+};
+// Pointwise gradients: op(dY, Y).
+struct ReluGradF { template <class T> __device__ T operator()(T g, T y) const { return y > T(0) ? g : T(0); } };
+struct SigmoidGradF { template <class T> __device__ T operator()(T g, T y) const { return g * y * (T(1) - y); } };
+struct TanhGradF { template <class T> __device__ T operator()(T g, T y) const { return g * (T(1) - y * y); } };
+
+// ================================== launchers ==================================
+
+template <class TA, class TB, class TY, class Op>
+void launch_binary(cudaStream_t s, const Tensor& a, const Tensor& b, Tensor& y, Op op,
+                   const std::string& where) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const bool same = a.shape() == y.shape() && b.shape() == y.shape();
+  const BroadcastIndexer<2> ix = same ? BroadcastIndexer<2>{}
+                                      : make_broadcast_indexer<2>(y.shape(), {a.shape(), b.shape()}, where);
+  binary_kernel<TA, TB, TY, Op><<<blocks_for(n), kThreads, 0, s>>>(
+      static_cast<const TA*>(a.raw()), static_cast<const TB*>(b.raw()), static_cast<TY*>(y.raw()), n,
+      ix, same, op);
+  OMT_CUDA_CHECK_LAUNCH();
+}
+
+// ================================== op kernels ==================================
+
+enum TypeSet : unsigned { kFloatsOnly = 1, kNumeric = 2 };
+
+template <class Op, unsigned kTypes = kFloatsOnly>
+class UnaryKernel final : public CudaKernel {
+ public:
+  UnaryKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), op_(info.attr()) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    const int64_t n = x.numel();
+    if (n == 0) return;
+    switch (x.dtype()) {
+      case DType::kFloat32: run<float>(x, y, n); break;
+      case DType::kFloat64: run<double>(x, y, n); break;
+      case DType::kInt32:
+        if constexpr (kTypes == kNumeric) { run<int32_t>(x, y, n); break; }
+        unsupported_dtype(x.dtype());
+      case DType::kInt64:
+        if constexpr (kTypes == kNumeric) { run<int64_t>(x, y, n); break; }
+        unsupported_dtype(x.dtype());
+      default: unsupported_dtype(x.dtype());
+    }
+  }
+
+ private:
+  template <class T>
+  void run(const Tensor& x, Tensor& y, int64_t n) {
+    unary_kernel<T, Op><<<blocks_for(n), kThreads, 0, stream()>>>(
+        static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), n, op_);
+    OMT_CUDA_CHECK_LAUNCH();
+  }
+  Op op_;
+};
+
+// Arithmetic (output dtype = input dtype) over float32/64 and int32/64.
+template <class Op>
+class BinaryKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    OMT_CHECK(a.dtype() == b.dtype(), kModel, where(), ": inputs are ", a.describe(), " and ",
+              b.describe(), "; they must share one dtype");
+    Tensor& y = ctx.output(0, a.dtype(), broadcast_shapes({a.shape(), b.shape()}, where()));
+    OMT_CUDA_DISPATCH_NUMERIC(a.dtype(), unsupported_dtype(a.dtype()),
+                              launch_binary<T, T, T>(stream(), a, b, y, Op{}, where()));
+  }
+};
+
+// Comparisons: numeric inputs, bool output.
+template <class Op>
+class CompareKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    OMT_CHECK(a.dtype() == b.dtype(), kModel, where(), ": inputs are ", a.describe(), " and ",
+              b.describe(), "; they must share one dtype");
+    Tensor& y = ctx.output(0, DType::kBool, broadcast_shapes({a.shape(), b.shape()}, where()));
+    OMT_CUDA_DISPATCH_NUMERIC(a.dtype(), unsupported_dtype(a.dtype()),
+                              launch_binary<T, T, bool>(stream(), a, b, y, Op{}, where()));
+  }
+};
+
+template <class Op>
+class LogicalKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    OMT_CHECK(a.dtype() == DType::kBool && b.dtype() == DType::kBool, kModel, where(),
+              ": inputs must be bool, got ", a.describe(), " and ", b.describe());
+    Tensor& y = ctx.output(0, DType::kBool, broadcast_shapes({a.shape(), b.shape()}, where()));
+    launch_binary<bool, bool, bool>(stream(), a, b, y, Op{}, where());
+  }
+};
+
+class PowKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    Tensor& y = ctx.output(0, a.dtype(), broadcast_shapes({a.shape(), b.shape()}, where()));
+    OMT_CUDA_DISPATCH_NUMERIC(a.dtype(), unsupported_dtype(a.dtype()), run_base<T>(a, b, y));
+  }
+
+ private:
+  template <class TB>
+  void run_base(const Tensor& a, const Tensor& b, Tensor& y) {
+    switch (b.dtype()) {
+      case DType::kFloat32: launch_binary<TB, float, TB>(stream(), a, b, y, PowF{}, where()); break;
+      case DType::kFloat64: launch_binary<TB, double, TB>(stream(), a, b, y, PowF{}, where()); break;
+      case DType::kInt32: launch_binary<TB, int32_t, TB>(stream(), a, b, y, PowF{}, where()); break;
+      case DType::kInt64: launch_binary<TB, int64_t, TB>(stream(), a, b, y, PowF{}, where()); break;
+      default:
+        OMT_FAIL(kUnsupported, where(), ": the CUDA backend has no Pow kernel for exponent dtype ",
+                 dtype_name(b.dtype()));
+    }
+  }
+};
+
+class WhereKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& c = ctx.in(0);
+    const Tensor& a = ctx.in(1);
+    const Tensor& b = ctx.in(2);
+    OMT_CHECK(c.dtype() == DType::kBool && a.dtype() == b.dtype(), kModel, where(),
+              ": Where needs a bool condition and X, Y of one dtype, got ", c.describe(), ", ",
+              a.describe(), ", ", b.describe());
+    Tensor& y = ctx.output(0, a.dtype(), broadcast_shapes({c.shape(), a.shape(), b.shape()}, where()));
+    const int64_t n = y.numel();
+    if (n == 0) return;
+    const BroadcastIndexer<3> ix = make_broadcast_indexer<3>(y.shape(), {c.shape(), a.shape(), b.shape()}, where());
+    OMT_CUDA_DISPATCH_WIDTH(a.dtype(), unsupported_dtype(a.dtype()), {
+      where_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(
+          static_cast<const bool*>(c.raw()), static_cast<const T*>(a.raw()),
+          static_cast<const T*>(b.raw()), static_cast<T*>(y.raw()), n, ix);
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+  }
+};
+
+// Clip(x, min?, max?): the bounds are scalars read on the host.
+class ClipKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  InputPlace input_place(int i) const override { return i == 0 ? InputPlace::kDevice : InputPlace::kHost; }
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    OMT_CUDA_DISPATCH_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), run<T>(ctx, x, y));
+  }
+
+ private:
+  template <class T>
+  void run(KernelContext& ctx, const Tensor& x, Tensor& y) {
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    for (int i = 1; i <= 2; ++i) {
+      const Tensor* t = optional_input(ctx, i);
+      if (!t) continue;
+      OMT_CHECK(t->numel() == 1 && t->dtype() == x.dtype(), kModel, where(), ": input ",
+                i == 1 ? "min" : "max", " must be a ", dtype_name(x.dtype()), " scalar, got ", t->describe());
+      (i == 1 ? lo : hi) = t->data<T>()[0];
+    }
+    const int64_t n = x.numel();
+    if (n == 0) return;
+    clip_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(
+        static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), n, lo, hi);
+    OMT_CUDA_CHECK_LAUNCH();
+  }
+};
+
+// Sum/Mean/Max/Min over any number of broadcast inputs, folded pairwise into the output.
+template <class Op, bool kMean = false>
+class VariadicKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    std::vector<const Tensor*> in;
+    std::vector<Shape> shapes;
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      in.push_back(&ctx.in(i));
+      shapes.push_back(in.back()->shape());
+      OMT_CHECK(in.back()->dtype() == in[0]->dtype(), kModel, where(), ": input ", i, " is ",
+                in.back()->describe(), ", expected ", dtype_name(in[0]->dtype()));
+    }
+    OMT_CHECK(!in.empty(), kModel, where(), ": needs at least one input");
+    Tensor& y = ctx.output(0, in[0]->dtype(), broadcast_shapes(shapes, where()));
+    OMT_CUDA_DISPATCH_NUMERIC(in[0]->dtype(), unsupported_dtype(in[0]->dtype()), run<T>(in, y));
+  }
+
+ private:
+  template <class T>
+  void run(const std::vector<const Tensor*>& in, Tensor& y) {
+    if constexpr (kMean && std::is_integral_v<T>) unsupported_dtype(y.dtype());
+    if (in.size() == 1) launch_binary<T, T, T>(stream(), *in[0], *in[0], y, FirstF{}, where());
+    else launch_binary<T, T, T>(stream(), *in[0], *in[1], y, Op{}, where());
+    for (size_t k = 2; k < in.size(); ++k) launch_binary<T, T, T>(stream(), y, *in[k], y, Op{}, where());
+    if constexpr (kMean) {
+      if (in.size() > 1 && y.numel() > 0) {
+        scale_kernel<T><<<blocks_for(y.numel()), kThreads, 0, stream()>>>(
+            static_cast<T*>(y.raw()), y.numel(), T(1) / static_cast<T>(in.size()));
+        OMT_CUDA_CHECK_LAUNCH();
+      }
+    }
+  }
+};
+
+// ReluGrad/SigmoidGrad/TanhGrad(dY, Y) -> dX, float only.
+template <class Op>
+class PointwiseGradKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& y = ctx.in(1);
+    OMT_CHECK(dy.dtype() == y.dtype() && dy.shape() == y.shape(), kModel, where(), ": dY ",
+              dy.describe(), " and Y ", y.describe(), " must match");
+    Tensor& dx = ctx.output(0, dy.dtype(), dy.shape());
+    OMT_CUDA_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(dy.dtype()),
+                            launch_binary<T, T, T>(stream(), dy, y, dx, Op{}, where()));
+  }
+};
+
+constexpr const char* kDomain = "com.onnx-mirror";
+
+OMT_REGISTER_CUDA_KERNEL("Abs", UnaryKernel<AbsF, kNumeric>);
+OMT_REGISTER_CUDA_KERNEL("Neg", UnaryKernel<NegF, kNumeric>);
+OMT_REGISTER_CUDA_KERNEL("Relu", UnaryKernel<ReluF, kNumeric>);
+OMT_REGISTER_CUDA_KERNEL("Sqrt", UnaryKernel<SqrtF>);
+OMT_REGISTER_CUDA_KERNEL("Exp", UnaryKernel<ExpF>);
+OMT_REGISTER_CUDA_KERNEL("Log", UnaryKernel<LogF>);
+OMT_REGISTER_CUDA_KERNEL("Reciprocal", UnaryKernel<ReciprocalF>);
+OMT_REGISTER_CUDA_KERNEL("Sigmoid", UnaryKernel<SigmoidF>);
+OMT_REGISTER_CUDA_KERNEL("HardSwish", UnaryKernel<HardSwishF>);
+OMT_REGISTER_CUDA_KERNEL("Softplus", UnaryKernel<SoftplusF>);
+OMT_REGISTER_CUDA_KERNEL("Softsign", UnaryKernel<SoftsignF>);
+OMT_REGISTER_CUDA_KERNEL("Tanh", UnaryKernel<TanhF>);
+OMT_REGISTER_CUDA_KERNEL("Erf", UnaryKernel<ErfF>);
+OMT_REGISTER_CUDA_KERNEL("Floor", UnaryKernel<FloorF>);
+OMT_REGISTER_CUDA_KERNEL("Ceil", UnaryKernel<CeilF>);
+OMT_REGISTER_CUDA_KERNEL("Round", UnaryKernel<RoundF>);
+OMT_REGISTER_CUDA_KERNEL("Sign", UnaryKernel<SignF>);
+OMT_REGISTER_CUDA_KERNEL("Sin", UnaryKernel<SinF>);
+OMT_REGISTER_CUDA_KERNEL("Cos", UnaryKernel<CosF>);
+OMT_REGISTER_CUDA_KERNEL("Tan", UnaryKernel<TanF>);
+OMT_REGISTER_CUDA_KERNEL("Asin", UnaryKernel<AsinF>);
+OMT_REGISTER_CUDA_KERNEL("Acos", UnaryKernel<AcosF>);
+OMT_REGISTER_CUDA_KERNEL("Atan", UnaryKernel<AtanF>);
+OMT_REGISTER_CUDA_KERNEL("Sinh", UnaryKernel<SinhF>);
+OMT_REGISTER_CUDA_KERNEL("Cosh", UnaryKernel<CoshF>);
+OMT_REGISTER_CUDA_KERNEL("Asinh", UnaryKernel<AsinhF>);
+OMT_REGISTER_CUDA_KERNEL("Acosh", UnaryKernel<AcoshF>);
+OMT_REGISTER_CUDA_KERNEL("Atanh", UnaryKernel<AtanhF>);
+OMT_REGISTER_CUDA_KERNEL("LeakyRelu", UnaryKernel<LeakyReluF>);
+OMT_REGISTER_CUDA_KERNEL("Elu", UnaryKernel<EluF>);
+OMT_REGISTER_CUDA_KERNEL("Selu", UnaryKernel<SeluF>);
+OMT_REGISTER_CUDA_KERNEL("Celu", UnaryKernel<CeluF>);
+OMT_REGISTER_CUDA_KERNEL("HardSigmoid", UnaryKernel<HardSigmoidF>);
+OMT_REGISTER_CUDA_KERNEL("ThresholdedRelu", UnaryKernel<ThresholdedReluF>);
+OMT_REGISTER_CUDA_KERNEL("Shrink", UnaryKernel<ShrinkF>);
+OMT_REGISTER_CUDA_KERNEL("Add", BinaryKernel<AddF>);
+OMT_REGISTER_CUDA_KERNEL("Sub", BinaryKernel<SubF>);
+OMT_REGISTER_CUDA_KERNEL("Mul", BinaryKernel<MulF>);
+OMT_REGISTER_CUDA_KERNEL("Div", BinaryKernel<DivF>);
+OMT_REGISTER_CUDA_KERNEL("Equal", CompareKernel<EqualF>);
+OMT_REGISTER_CUDA_KERNEL("Greater", CompareKernel<GreaterF>);
+OMT_REGISTER_CUDA_KERNEL("Less", CompareKernel<LessF>);
+OMT_REGISTER_CUDA_KERNEL("GreaterOrEqual", CompareKernel<GreaterOrEqualF>);
+OMT_REGISTER_CUDA_KERNEL("LessOrEqual", CompareKernel<LessOrEqualF>);
+OMT_REGISTER_CUDA_KERNEL("And", LogicalKernel<AndF>);
+OMT_REGISTER_CUDA_KERNEL("Or", LogicalKernel<OrF>);
+OMT_REGISTER_CUDA_KERNEL("Xor", LogicalKernel<XorF>);
+OMT_REGISTER_CUDA_KERNEL("Pow", PowKernel);
+OMT_REGISTER_CUDA_KERNEL("Where", WhereKernel);
+OMT_REGISTER_CUDA_KERNEL("Clip", ClipKernel);
+OMT_REGISTER_CUDA_KERNEL("Sum", VariadicKernel<AddF>);
+OMT_REGISTER_CUDA_KERNEL("Mean", VariadicKernel<AddF, true>);
+OMT_REGISTER_CUDA_KERNEL("Max", VariadicKernel<MaxF>);
+OMT_REGISTER_CUDA_KERNEL("Min", VariadicKernel<MinF>);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "ReluGrad", PointwiseGradKernel<ReluGradF>);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "SigmoidGrad", PointwiseGradKernel<SigmoidGradF>);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "TanhGrad", PointwiseGradKernel<TanhGradF>);
+
+}  // namespace
+}  // namespace omt::cuda

@@ -1,0 +1,383 @@
+// Micro-benchmarks of the kernels that dominate a training step of models/mlp.onnx and
+// models/cnn.onnx (issue 8): the CPU backend's Gemm, Conv/ConvGrad and MaxPool/MaxPoolGrad
+// kernels at the models' shapes, bucket all-reduce between two in-process Gloo ranks and the
+// local two-replica bucket sum, each next to this machine's measured peaks (memcpy GB/s and
+// oneDNN sgemm GFLOP/s at a large square size, one thread).
+//
+// Kernels are created once through the CPU kernel registry, as a Session's plan does, and run
+// single-threaded on pre-allocated outputs: the numbers are kernel time only (per-step
+// allocation and graph overhead are outside them; the training-step profile covers those).
+// Rates are per wall-clock second (UseRealTime): on a shared, virtualised machine CPU time
+// under-counts, so run it when the machine is quiet (`uptime`).
+//
+//   ./build-bench/bench/kernels_bench [--benchmark_filter=Gemm] [--benchmark_min_time=0.2]
+#include <benchmark/benchmark.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "collectives/factory.h"
+#include "collectives/rendezvous/store.h"
+
+namespace omt {
+namespace {
+
+// ---- a one-node kernel harness ------------------------------------------------------------
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::kFloat32, shape);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(gen);
+  return t;
+}
+
+// Inputs given up front; outputs allocated on the first run and reused afterwards.
+class BenchContext : public KernelContext {
+ public:
+  BenchContext(std::vector<Tensor> inputs, std::vector<bool> used)
+      : inputs_(std::move(inputs)), outputs_(used.size()), used_(std::move(used)) {}
+  int num_inputs() const override { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const override { return static_cast<int>(outputs_.size()); }
+  const Tensor* input(int i) const override {
+    return i < num_inputs() && inputs_[i].defined() ? &inputs_[i] : nullptr;
+  }
+  Tensor& output(int i, DType dtype, const Shape& shape) override {
+    Tensor& t = outputs_[i];
+    if (!t.defined() || t.dtype() != dtype || t.shape() != shape) t = Tensor::empty(dtype, shape);
+    return t;
+  }
+  void set_output(int i, Tensor value) override { outputs_[i] = std::move(value); }
+  bool output_used(int i) const override { return i < num_outputs() && used_[i]; }
+  bool training() const override { return true; }
+
+ private:
+  std::vector<Tensor> inputs_;
+  std::vector<Tensor> outputs_;
+  std::vector<bool> used_;
+};
+
+// One node's kernel, created once from the CPU registry with one thread.
+struct OneNode {
+  AttributeMap attrs;
+  std::unique_ptr<OpKernel> kernel;
+  std::unique_ptr<BenchContext> ctx;
+
+  OneNode(const char* domain, const char* op, AttributeMap a, std::vector<Tensor> inputs,
+          std::vector<bool> used)
+      : attrs(std::move(a)) {
+    KernelInfo info;
+    info.op_type = op;
+    info.domain = domain;
+    info.node_name = std::string("bench_") + op;
+    info.attrs = &attrs;
+    info.num_inputs = static_cast<int>(inputs.size());
+    info.num_outputs = static_cast<int>(used.size());
+    info.output_used = used;
+    info.constant_inputs.assign(inputs.size(), nullptr);
+    info.num_threads = 1;
+    const KernelFactory* f = cpu::cpu_kernel_registry().find(domain, op);
+    OMT_CHECK(f != nullptr, kUnsupported, "the CPU backend has no kernel for ", op);
+    kernel = (*f)(info);
+    ctx = std::make_unique<BenchContext>(std::move(inputs), std::move(used));
+  }
+  void run() { kernel->compute(*ctx); }
+};
+
+void set_flops(benchmark::State& st, double flops_per_iter) {
+  st.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9 * static_cast<double>(st.iterations()),
+                                              benchmark::Counter::kIsRate);
+}
+void set_bytes(benchmark::State& st, double bytes_per_iter) {
+  st.SetBytesProcessed(static_cast<int64_t>(bytes_per_iter * static_cast<double>(st.iterations())));
+}
+
+// ---- peaks --------------------------------------------------------------------------------
+
+void BM_PeakMemcpy(benchmark::State& st) {
+  const size_t bytes = static_cast<size_t>(st.range(0));
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  for (auto _ : st) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(st, static_cast<double>(bytes));  // bytes copied (read + write is twice this)
+}
+BENCHMARK(BM_PeakMemcpy)->Arg(2 << 20)->Arg(64 << 20)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_PeakSgemm(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  omp_set_num_threads(1);
+  Tensor a = random_tensor({n, n}, 1), b = random_tensor({n, n}, 2), c = Tensor::zeros(DType::kFloat32, {n, n});
+  for (auto _ : st) {
+    const dnnl_status_t s = dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data<float>(), n, b.data<float>(), n, 0.f,
+                                       c.data<float>(), n);
+    if (s != dnnl_success) st.SkipWithError("dnnl_sgemm failed");
+  }
+  set_flops(st, 2.0 * n * n * n);
+}
+BENCHMARK(BM_PeakSgemm)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- GEMMs (Gemm nodes of the forward, and the two Gemms each one's gradient emits) --------
+
+// Layer shapes (in -> out) of both models' fully connected layers.
+struct Fc {
+  const char* name;
+  int64_t in, out;
+};
+const Fc kFc[] = {{"mlp.fc1", 784, 512}, {"mlp.fc2", 512, 256}, {"mlp.fc3", 256, 10},
+                  {"cnn.fc1", 1600, 128}, {"cnn.fc2", 128, 10}};
+
+AttributeMap gemm_attrs(int64_t ta, int64_t tb) {
+  AttributeMap a;
+  a.set("transA", ta);
+  a.set("transB", tb);
+  return a;
+}
+
+// pass 0: Y = X W^T + b   [B,in] x [out,in]^T
+// pass 1: dX = dY W       [B,out] x [out,in]        (graph/gradients/nn.cc, Gemm rule)
+// pass 2: dW = dY^T X     [B,out]^T x [B,in]
+void BM_Gemm(benchmark::State& st, Fc fc, int pass) {
+  const int64_t batch = st.range(0);
+  std::unique_ptr<OneNode> node;
+  if (pass == 0)
+    node = std::make_unique<OneNode>("", "Gemm", gemm_attrs(0, 1),
+                                     std::vector<Tensor>{random_tensor({batch, fc.in}, 1), random_tensor({fc.out, fc.in}, 2),
+                                                         random_tensor({fc.out}, 3)},
+                                     std::vector<bool>{true});
+  else if (pass == 1)
+    node = std::make_unique<OneNode>("", "Gemm", gemm_attrs(0, 0),
+                                     std::vector<Tensor>{random_tensor({batch, fc.out}, 1), random_tensor({fc.out, fc.in}, 2)},
+                                     std::vector<bool>{true});
+  else
+    node = std::make_unique<OneNode>("", "Gemm", gemm_attrs(1, 0),
+                                     std::vector<Tensor>{random_tensor({batch, fc.out}, 1), random_tensor({batch, fc.in}, 2)},
+                                     std::vector<bool>{true});
+  node->run();
+  for (auto _ : st) node->run();
+  set_flops(st, 2.0 * batch * fc.in * fc.out);
+}
+
+// ---- convolution and pooling (the CNN's two conv + pool stages) ---------------------------
+
+struct ConvShape {
+  const char* name;
+  int64_t cin, cout, hw;  // input height = width
+};
+const ConvShape kConv[] = {{"cnn.conv1", 1, 32, 28}, {"cnn.conv2", 32, 64, 13}};
+
+AttributeMap conv_attrs() {
+  AttributeMap a;
+  a.set("kernel_shape", std::vector<int64_t>{3, 3});
+  a.set("pads", std::vector<int64_t>{0, 0, 0, 0});
+  a.set("strides", std::vector<int64_t>{1, 1});
+  a.set("dilations", std::vector<int64_t>{1, 1});
+  a.set("group", int64_t{1});
+  return a;
+}
+double conv_flops(const ConvShape& c, int64_t batch) {
+  const int64_t o = c.hw - 2;
+  return 2.0 * batch * c.cout * o * o * c.cin * 9;
+}
+
+void BM_Conv(benchmark::State& st, ConvShape c) {
+  const int64_t batch = st.range(0);
+  OneNode node("", "Conv", conv_attrs(),
+               {random_tensor({batch, c.cin, c.hw, c.hw}, 1), random_tensor({c.cout, c.cin, 3, 3}, 2),
+                random_tensor({c.cout}, 3)},
+               {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_flops(st, conv_flops(c, batch));
+}
+
+// ConvGrad(dY, X, W) -> dX, dW, dB; the first conv's dX is not wanted (its input is data).
+void BM_ConvGrad(benchmark::State& st, ConvShape c) {
+  const int64_t batch = st.range(0), o = c.hw - 2;
+  const bool want_dx = c.cin > 1;
+  OneNode node("com.onnx-mirror", "ConvGrad", conv_attrs(),
+               {random_tensor({batch, c.cout, o, o}, 1), random_tensor({batch, c.cin, c.hw, c.hw}, 2),
+                random_tensor({c.cout, c.cin, 3, 3}, 3)},
+               {want_dx, true, true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_flops(st, conv_flops(c, batch) * (want_dx ? 2 : 1));
+}
+
+AttributeMap pool_attrs() {
+  AttributeMap a;
+  a.set("kernel_shape", std::vector<int64_t>{2, 2});
+  a.set("strides", std::vector<int64_t>{2, 2});
+  a.set("pads", std::vector<int64_t>{0, 0, 0, 0});
+  return a;
+}
+
+// MaxPool 2x2 after each conv + ReLU: X [B, cout, hw-2, hw-2].
+void BM_MaxPool(benchmark::State& st, ConvShape c) {
+  const int64_t batch = st.range(0), h = c.hw - 2, o = h / 2;
+  OneNode node("", "MaxPool", pool_attrs(), {random_tensor({batch, c.cout, h, h}, 1)}, {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * batch * c.cout * (h * h + o * o));  // read X, write Y
+}
+
+void BM_MaxPoolGrad(benchmark::State& st, ConvShape c) {
+  const int64_t batch = st.range(0), h = c.hw - 2, o = h / 2;
+  OneNode node("com.onnx-mirror", "MaxPoolGrad", pool_attrs(),
+               {random_tensor({batch, c.cout, o, o}, 1), random_tensor({batch, c.cout, h, h}, 2)}, {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * batch * c.cout * (2 * h * h + o * o));  // read dY and X, write dX
+}
+
+// ---- gradient reduction ---------------------------------------------------------------------
+
+// What 2 local replicas do per bucket today (runtime/mirrored_trainer.cc reduce_bucket):
+// replica 0's buffer += replica 1's, on one thread.
+void BM_LocalBucketSum(benchmark::State& st) {
+  const int64_t n = st.range(0) / 4;
+  Tensor dst = random_tensor({n}, 1), src = random_tensor({n}, 2);
+  float* d = dst.data<float>();
+  const float* s = src.data<float>();
+  for (auto _ : st) {
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    benchmark::DoNotOptimize(d);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(st, 4.0 * n);  // bucket bytes reduced, as all-reduce algbw counts them
+}
+
+// Two Gloo ranks as threads of this process. Rank 1 lives on a helper thread that mirrors
+// every all-reduce rank 0 (the benchmark thread) issues.
+class GlooPair {
+ public:
+  static GlooPair& get() {
+    static GlooPair pair;
+    return pair;
+  }
+  Communicator& rank0() { return *comm_[0]; }
+  // Rank 1 issues `times` all-reduces of `count` floats back to back on its own buffer;
+  // rank 0 must issue the same.
+  void peer_allreduce(size_t count, int64_t times) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t i = 0; i < times; ++i) pending_.push_back(count);
+    cv_.notify_one();
+  }
+
+ private:
+  GlooPair() {
+    auto store = make_in_process_store();
+    std::thread t1([&] { comm_[1] = make_communicator("gloo", config(1, store)); });
+    comm_[0] = make_communicator("gloo", config(0, store));
+    t1.join();
+    peer_ = std::thread([this] { peer_main(); });
+  }
+  ~GlooPair() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    peer_.join();
+  }
+  static RendezvousConfig config(int rank, std::shared_ptr<Store> store) {
+    RendezvousConfig c;
+    c.rank = rank;
+    c.world_size = 2;
+    c.store = std::move(store);
+    c.prefix = "kernels_bench";
+    return c;
+  }
+  void peer_main() {
+    std::vector<float> buf;
+    for (;;) {
+      size_t count;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+        if (pending_.empty()) return;
+        count = pending_.front();
+        pending_.erase(pending_.begin());
+      }
+      if (buf.size() < count) buf.assign(count, 1.f);
+      comm_[1]->allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum)->wait();
+    }
+  }
+
+  std::unique_ptr<Communicator> comm_[2];
+  std::thread peer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<size_t> pending_;
+  bool stop_ = false;
+};
+
+// A fixed iteration count, announced to rank 1 up front, so that no per-iteration hand-off
+// between the two threads is timed: both ranks issue their all-reduces back to back.
+void BM_GlooAllReduce2(benchmark::State& st) {
+  const size_t count = static_cast<size_t>(st.range(0)) / 4;
+  GlooPair& pair = GlooPair::get();
+  std::vector<float> buf(count, 1.f);
+  const int64_t warmup = 3;
+  pair.peer_allreduce(count, warmup + static_cast<int64_t>(st.max_iterations));
+  for (int64_t i = 0; i < warmup; ++i)
+    pair.rank0().allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum)->wait();
+  for (auto _ : st) pair.rank0().allreduce(buf.data(), count, DType::kFloat32, ReduceOp::kSum)->wait();
+  set_bytes(st, 4.0 * count);  // algbw; for 2 ranks busbw = algbw * 2(n-1)/n = algbw
+}
+
+// Bucket sizes: 4 KiB, 64 KiB, the CNN's (0.86 MiB) and the MLP's (2.04 MiB) whole gradient,
+// the 1 MiB first bucket and the 25 MiB cap of runtime/mirrored_trainer.
+void bucket_sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t bytes : {int64_t{4} << 10, int64_t{64} << 10, int64_t{225034} * 4, int64_t{1} << 20,
+                        int64_t{535818} * 4, int64_t{25} << 20})
+    b->Arg(bytes);
+}
+BENCHMARK(BM_LocalBucketSum)->Apply(bucket_sizes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GlooAllReduce2)->Apply(bucket_sizes)->Iterations(50)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// ---- registration of the shape-parameterised kernels ----------------------------------------
+
+// Batches: 256 (one replica, global batch 256) and 128 (each of two replicas).
+void register_model_benchmarks() {
+  const char* pass_name[] = {"fwd", "bwd_data", "bwd_weight"};
+  for (const Fc& fc : kFc)
+    for (int pass = 0; pass < 3; ++pass)
+      benchmark::RegisterBenchmark((std::string("Gemm/") + fc.name + "/" + pass_name[pass]).c_str(), BM_Gemm, fc, pass)
+          ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  for (const ConvShape& c : kConv) {
+    benchmark::RegisterBenchmark((std::string("Conv/") + c.name).c_str(), BM_Conv, c)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("ConvGrad/") + c.name).c_str(), BM_ConvGrad, c)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("MaxPool/") + c.name).c_str(), BM_MaxPool, c)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("MaxPoolGrad/") + c.name).c_str(), BM_MaxPoolGrad, c)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+}
+
+}  // namespace
+}  // namespace omt
+
+int main(int argc, char** argv) {
+  omp_set_num_threads(1);
+  omt::register_model_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

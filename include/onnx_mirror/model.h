@@ -1,0 +1,86 @@
+// onnx_mirror::Model: one loaded ONNX model and the only copy of its parameters. Prediction
+// reads them, a Trainer attached to the model updates them in place (Note [One parameter
+// store] in api/model.cc), so predict sees every fine-tune step with no copy or reload.
+// Thread-safety: every method may be called from any thread. Calls on one Model and its
+// Trainer are serialised by the model's own lock (predict waits while a step runs); two
+// Models share nothing, so they run concurrently and never see each other's weights.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "onnx_mirror/data.h"
+#include "onnx_mirror/tensor.h"
+
+namespace onnx_mirror {
+
+// A graph input or output: name, dtype and shape (-1 for a dimension that is not fixed,
+// such as the batch).
+struct ValueSpec {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+};
+
+struct EvalResult {
+  double loss = 0;      // mean softmax cross-entropy of the first output (the logits)
+  double accuracy = 0;  // fraction of argmax predictions equal to the label
+  int64_t samples = 0;
+};
+
+class Trainer;
+
+class Model {
+ public:
+  // Loads an ONNX file (converted to opset 17). Errors: kIo (cannot read), kModel (not ONNX,
+  // fails the checker), kUnsupported (ops without a CPU kernel, all listed at once).
+  static Model load(const std::string& path);
+
+  // A Model is a move-only handle; a Trainer keeps the parameter store alive on its own.
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  ~Model();
+
+  std::vector<ValueSpec> inputs() const;
+  std::vector<ValueSpec> outputs() const;
+
+  // Runs a batch: every input is cut along dimension 0 into `replicas` contiguous shards,
+  // each run on its own thread with `threads_per_replica` kernel threads, and the outputs
+  // are joined in order, so each output's batch equals the input batch. Blocks; kernels are
+  // built on the first call and whenever replicas, threads or the trained set change.
+  // Errors: kInvalidArgument (missing input, wrong dtype or shape, inputs with different
+  // batch sizes), naming the input and the fix.
+  Tensors predict(const Tensors& inputs, int replicas = 1, int threads_per_replica = 1);
+  // The single-input form: feeds the model's first input, returns its first output.
+  Tensor predict(const Tensor& input, int replicas = 1, int threads_per_replica = 1);
+
+  // predict over `features` in chunks, scoring the first output (class logits [N, C])
+  // against int64 `labels`. Every sample counts once.
+  EvalResult evaluate(const Tensor& features, const Tensor& labels, int replicas = 1,
+                      int64_t chunk = 1000);
+
+  // Raw features (e.g. uint8 images [N,28,28]) converted to the first input's dtype and
+  // shape ([N,1,28,28] float, scaled and normalised). kInvalidArgument when the element
+  // counts disagree, saying how to fix it.
+  Tensor prepare(const Tensor& raw_features, const Preprocess& preprocess = {}) const;
+
+  // Float initializers (weights, biases, normalisation statistics) in graph order.
+  std::vector<std::string> parameter_names() const;
+  // A copy of one parameter's current value (kInvalidArgument for an unknown name).
+  Tensor parameter(const std::string& name) const;
+
+  // Writes the model with its current parameters as ONNX (atomically). Errors: kIo, kModel.
+  void save(const std::string& path) const;
+
+  struct Impl;
+
+ private:
+  friend class Trainer;
+  explicit Model(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace onnx_mirror

@@ -1,0 +1,354 @@
+// Every op the CUDA backend registers, run as a one-node graph on "cpu" and on "cuda" with the
+// same seeded inputs, outputs compared within tolerance. Some inputs are initializers so the
+// constant-upload path runs too. Written against the Session as it is (host outputs, Note
+// [staging adapter] in backends/cuda/cuda_backend.cc moves data) and unchanged once the
+// Session allocates outputs with Backend::allocate: results are downloaded with to_host().
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "backends/cuda/cuda_backend.h"
+#include "runtime/session.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+const char* const kMirror = "com.onnx-mirror";
+
+struct OpCase {
+  std::string name;  // test name
+  std::string op;
+  std::string domain;
+  AttributeMap attrs;
+  std::vector<Tensor> inputs;       // Tensor() marks an absent optional input
+  std::vector<bool> initializer;    // per input: an initializer rather than a graph input
+  int num_outputs = 1;
+  double rtol = 1e-5, atol = 1e-6;
+};
+
+Tensor uniform(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Tensor t = Tensor::empty(DType::kFloat32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+Tensor labels(int64_t n, int64_t classes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes));
+  return Tensor::from_vector<int64_t>(v, {n});
+}
+
+Tensor ints(const std::vector<int64_t>& v) { return Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}); }
+Tensor scalar_f(float v) { return Tensor::scalar<float>(v); }
+Tensor scalar_i(int64_t v) { return Tensor::scalar<int64_t>(v); }
+
+Tensor to_host(const Tensor& t) {
+  if (t.device().kind == DeviceKind::kCpu) return t;
+  cuda::CudaContext cu(t.device().index);
+  return cu.to_host(t);
+}
+
+std::shared_ptr<const Model> one_node_model(const OpCase& c) {
+  Model m;
+  m.opsets = {{"", 17}, {kMirror, 1}};
+  Graph& g = m.graph;
+  g.name = "cuda_op_" + c.name;
+  Node n;
+  n.name = "under_test";
+  n.op_type = c.op;
+  n.domain = c.domain;
+  n.attrs = c.attrs;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (!c.inputs[i].defined()) {
+      n.inputs.push_back("");
+      continue;
+    }
+    const std::string name = "x" + std::to_string(i);
+    n.inputs.push_back(name);
+    if (i < c.initializer.size() && c.initializer[i]) {
+      g.initializers.set(name, c.inputs[i].clone());
+      continue;
+    }
+    ValueInfo v;
+    v.name = name;
+    v.dtype = c.inputs[i].dtype();
+    std::vector<Dim> dims;
+    for (int64_t d : c.inputs[i].shape()) dims.push_back(Dim{d, ""});
+    v.shape = dims;
+    g.inputs.push_back(v);
+  }
+  for (int k = 0; k < c.num_outputs; ++k) {
+    n.outputs.push_back("y" + std::to_string(k));
+    ValueInfo v;
+    v.name = "y" + std::to_string(k);
+    g.outputs.push_back(v);
+  }
+  g.nodes.push_back(n);
+  return std::make_shared<const Model>(std::move(m));
+}
+
+// Runs the case on `device`; inputs are cloned so in-place kernels cannot leak between runs.
+NamedTensors run_case(const OpCase& c, const std::string& device) {
+  SessionOptions opt;
+  opt.device = device;
+  Session s(one_node_model(c), opt);
+  NamedTensors feeds;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.inputs[i].defined() && !(i < c.initializer.size() && c.initializer[i]))
+      feeds.set("x" + std::to_string(i), c.inputs[i].clone());
+  NamedTensors out = s.run(feeds);
+  NamedTensors host;
+  for (const auto& name : out.names()) host.set(name, to_host(out.at(name)));
+  return host;
+}
+
+OpCase unary(const std::string& op, float lo = -2.f, float hi = 2.f, AttributeMap attrs = {}) {
+  OpCase c{op, op, "", attrs, {uniform({3, 5, 7}, 11, lo, hi)}, {}, 1, 1e-5, 1e-6};
+  return c;
+}
+
+OpCase binary(const std::string& op, Shape a, Shape b, std::string name = "") {
+  OpCase c{name.empty() ? op : name, op, "", {}, {uniform(a, 21), uniform(b, 22, 0.5f, 1.5f)}, {}, 1};
+  return c;
+}
+
+std::vector<OpCase> all_cases() {
+  std::vector<OpCase> cases;
+  for (const char* op : {"Abs", "Neg", "Relu", "Exp", "Tanh", "Sigmoid", "Erf", "Floor", "Ceil", "Round", "Sign",
+                         "Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Softplus", "Softsign", "HardSwish",
+                         "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "ThresholdedRelu", "Shrink"})
+    cases.push_back(unary(op));
+  cases.push_back(unary("Sqrt", 0.1f, 3.f));
+  cases.push_back(unary("Log", 0.1f, 3.f));
+  cases.push_back(unary("Reciprocal", 0.5f, 3.f));
+  cases.push_back(unary("Asin", -0.9f, 0.9f));
+  cases.push_back(unary("Acos", -0.9f, 0.9f));
+  cases.push_back(unary("Atanh", -0.9f, 0.9f));
+  cases.push_back(unary("Acosh", 1.1f, 3.f));
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    cases.push_back(binary(op, {4, 3, 5}, {4, 3, 5}));
+    cases.push_back(binary(op, {4, 3, 5}, {3, 1}, std::string(op) + "_broadcast"));
+  }
+  for (const char* op : {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"})
+    cases.push_back(binary(op, {4, 3, 5}, {1, 5}));
+  {
+    OpCase c = binary("Pow", {4, 5}, {5});
+    c.inputs[0] = uniform({4, 5}, 23, 0.5f, 2.f);
+    c.rtol = 1e-5;
+    cases.push_back(c);
+  }
+  for (const char* op : {"And", "Or", "Xor"}) {
+    Tensor a = Tensor::empty(DType::kBool, {2, 3}), b = Tensor::empty(DType::kBool, {3});
+    for (int i = 0; i < 6; ++i) a.data<bool>()[i] = i % 2 == 0;
+    for (int i = 0; i < 3; ++i) b.data<bool>()[i] = i != 1;
+    cases.push_back(OpCase{op, op, "", {}, {a, b}, {}, 1});
+  }
+  {
+    Tensor cond = Tensor::empty(DType::kBool, {3, 1});
+    for (int i = 0; i < 3; ++i) cond.data<bool>()[i] = i != 1;
+    cases.push_back(OpCase{"Where", "Where", "", {}, {cond, uniform({3, 4}, 31), uniform({4}, 32)}, {}, 1});
+  }
+  cases.push_back(OpCase{"Clip", "Clip", "", {}, {uniform({5, 6}, 33), scalar_f(-0.3f), scalar_f(0.4f)}, {false, true, true}, 1});
+  for (const char* op : {"Sum", "Mean", "Max", "Min"})
+    cases.push_back(OpCase{op, op, "", {}, {uniform({2, 3, 4}, 41), uniform({3, 1}, 42), uniform({4}, 43)}, {}, 1});
+  for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad"})
+    cases.push_back(OpCase{op, op, kMirror, {}, {uniform({6, 7}, 51), uniform({6, 7}, 52, 0.f, 1.f)}, {}, 1});
+
+  // Reductions (double accumulation on the GPU: float32 sums agree to rounding).
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {
+    AttributeMap a;
+    a.set("keepdims", int64_t{0});
+    if (std::string(op) == "ReduceSum") {
+      cases.push_back(OpCase{op, op, "", a, {uniform({4, 5, 6}, 61), ints({0, 2})}, {false, true}, 1, 1e-5, 1e-5});
+    } else {
+      a.set("axes", std::vector<int64_t>{0, 2});
+      cases.push_back(OpCase{op, op, "", a, {uniform({4, 5, 6}, 61)}, {}, 1, 1e-5, 1e-5});
+    }
+  }
+  cases.push_back(OpCase{"ReduceSum_long", "ReduceSum", "", {}, {uniform({3, 5000}, 62), ints({1})}, {false, true}, 1, 1e-5, 1e-4});
+  cases.push_back(OpCase{"SumToShape", "SumToShape", kMirror, {}, {uniform({8, 3, 4}, 63), uniform({3, 1}, 64)}, {}, 1, 1e-5, 1e-5});
+
+  // Shapes and data movement.
+  cases.push_back(OpCase{"Identity", "Identity", "", {}, {uniform({3, 4}, 71)}, {}, 1});
+  cases.push_back(OpCase{"Reshape", "Reshape", "", {}, {uniform({2, 3, 4}, 72), ints({4, -1})}, {false, true}, 1});
+  {
+    AttributeMap a;
+    a.set("axis", int64_t{2});
+    cases.push_back(OpCase{"Flatten", "Flatten", "", a, {uniform({2, 3, 4, 5}, 73)}, {}, 1});
+  }
+  cases.push_back(OpCase{"Squeeze", "Squeeze", "", {}, {uniform({2, 1, 4}, 74), ints({1})}, {false, true}, 1});
+  cases.push_back(OpCase{"Unsqueeze", "Unsqueeze", "", {}, {uniform({2, 4}, 75), ints({0, 3})}, {false, true}, 1});
+  cases.push_back(OpCase{"Shape", "Shape", "", {}, {uniform({2, 3, 4}, 76)}, {}, 1});
+  {
+    AttributeMap a;
+    a.set("value", uniform({2, 2}, 77));
+    cases.push_back(OpCase{"Constant", "Constant", "", a, {}, {}, 1});
+  }
+  {
+    AttributeMap a;
+    a.set("perm", std::vector<int64_t>{2, 0, 3, 1});
+    cases.push_back(OpCase{"Transpose", "Transpose", "", a, {uniform({2, 3, 4, 5}, 78)}, {}, 1});
+  }
+  {
+    AttributeMap a;
+    a.set("axis", int64_t{1});
+    cases.push_back(OpCase{"Concat", "Concat", "", a, {uniform({2, 3, 4}, 79), uniform({2, 1, 4}, 80), uniform({2, 2, 4}, 81)}, {}, 1});
+  }
+  cases.push_back(OpCase{"Slice", "Slice", "", {},
+                         {uniform({6, 7, 8}, 82), ints({1, -1}), ints({5, 0}), ints({0, 2}), ints({2, -3})},
+                         {false, true, true, true, true}, 1});
+  {
+    AttributeMap a;
+    a.set("axis", int64_t{1});
+    cases.push_back(OpCase{"Gather", "Gather", "", a, {uniform({3, 6, 2}, 83), ints({5, 0, -1, 2})}, {false, true}, 1});
+  }
+  cases.push_back(OpCase{"Expand", "Expand", "", {}, {uniform({3, 1}, 84), ints({2, 3, 4})}, {false, true}, 1});
+
+  // GEMMs (float32 FMA order differs from oneDNN: relative tolerance 1e-4).
+  {
+    AttributeMap a;
+    a.set("transB", int64_t{1});
+    a.set("alpha", 0.5f);
+    a.set("beta", 2.f);
+    cases.push_back(OpCase{"Gemm", "Gemm", "", a, {uniform({8, 16}, 91), uniform({12, 16}, 92), uniform({12}, 93)},
+                           {false, true, true}, 1, 1e-4, 1e-5});
+    AttributeMap t;
+    t.set("transA", int64_t{1});
+    cases.push_back(OpCase{"Gemm_transA", "Gemm", "", t, {uniform({16, 8}, 94), uniform({16, 12}, 95), uniform({8, 1}, 96)},
+                           {}, 1, 1e-4, 1e-5});
+  }
+  cases.push_back(OpCase{"MatMul", "MatMul", "", {}, {uniform({2, 3, 5, 7}, 97), uniform({7, 4}, 98)}, {}, 1, 1e-4, 1e-5});
+  cases.push_back(OpCase{"MatMul_batched", "MatMul", "", {}, {uniform({3, 5, 7}, 99), uniform({3, 7, 4}, 100)}, {}, 1, 1e-4, 1e-5});
+  cases.push_back(OpCase{"MatMul_broadcast", "MatMul", "", {}, {uniform({2, 1, 5, 7}, 101), uniform({3, 7, 4}, 102)}, {}, 1, 1e-4, 1e-5});
+  cases.push_back(OpCase{"MatMul_vector", "MatMul", "", {}, {uniform({7}, 103), uniform({2, 7, 4}, 104)}, {}, 1, 1e-4, 1e-5});
+  cases.push_back(OpCase{"MatMulGrad", "MatMulGrad", kMirror, {},
+                         {uniform({2, 3, 5, 4}, 105), uniform({2, 3, 5, 7}, 106), uniform({7, 4}, 107)}, {}, 2, 1e-4, 1e-5});
+  cases.push_back(OpCase{"MatMulGrad_broadcast", "MatMulGrad", kMirror, {},
+                         {uniform({2, 3, 5, 4}, 108), uniform({1, 3, 5, 7}, 109), uniform({2, 1, 7, 4}, 110)}, {}, 2, 1e-4, 1e-5});
+
+  // Convolutions and pooling (the CNN's shapes, plus padding, strides, groups, 1-D).
+  {
+    AttributeMap a;
+    cases.push_back(OpCase{"Conv", "Conv", "", a, {uniform({4, 3, 12, 12}, 111), uniform({8, 3, 3, 3}, 112), uniform({8}, 113)},
+                           {false, true, true}, 1, 1e-4, 1e-5});
+    AttributeMap p;
+    p.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    p.set("strides", std::vector<int64_t>{2, 2});
+    p.set("group", int64_t{2});
+    cases.push_back(OpCase{"Conv_pad_stride_group", "Conv", "", p, {uniform({2, 4, 9, 9}, 114), uniform({6, 2, 3, 3}, 115)}, {},
+                           1, 1e-4, 1e-5});
+    AttributeMap d;
+    d.set("dilations", std::vector<int64_t>{2});
+    cases.push_back(OpCase{"Conv_1d_dilated", "Conv", "", d, {uniform({2, 3, 20}, 116), uniform({5, 3, 3}, 117)}, {}, 1, 1e-4, 1e-5});
+    cases.push_back(OpCase{"ConvGrad", "ConvGrad", kMirror, a,
+                           {uniform({4, 8, 10, 10}, 118), uniform({4, 3, 12, 12}, 119), uniform({8, 3, 3, 3}, 120)}, {}, 3,
+                           1e-4, 1e-4});
+    cases.push_back(OpCase{"ConvGrad_pad_stride_group", "ConvGrad", kMirror, p,
+                           {uniform({2, 6, 5, 5}, 121), uniform({2, 4, 9, 9}, 122), uniform({6, 2, 3, 3}, 123)}, {}, 3,
+                           1e-4, 1e-4});
+  }
+  {
+    AttributeMap a;
+    a.set("kernel_shape", std::vector<int64_t>{2, 2});
+    a.set("strides", std::vector<int64_t>{2, 2});
+    cases.push_back(OpCase{"MaxPool", "MaxPool", "", a, {uniform({2, 3, 8, 8}, 131)}, {}, 1});
+    cases.push_back(OpCase{"MaxPoolGrad", "MaxPoolGrad", kMirror, a, {uniform({2, 3, 4, 4}, 132), uniform({2, 3, 8, 8}, 133)}, {}, 1});
+    AttributeMap b;
+    b.set("kernel_shape", std::vector<int64_t>{3, 3});
+    b.set("pads", std::vector<int64_t>{1, 0, 1, 1});
+    b.set("strides", std::vector<int64_t>{2, 2});
+    b.set("ceil_mode", int64_t{1});
+    cases.push_back(OpCase{"MaxPool_pads_ceil", "MaxPool", "", b, {uniform({2, 3, 9, 8}, 134)}, {}, 2});
+    AttributeMap c = b;
+    c.set("count_include_pad", int64_t{1});
+    cases.push_back(OpCase{"AveragePool", "AveragePool", "", c, {uniform({2, 3, 9, 8}, 135)}, {}, 1});
+    cases.push_back(OpCase{"AveragePoolGrad", "AveragePoolGrad", kMirror, c, {uniform({2, 3, 5, 4}, 136), ints({2, 3, 9, 8})},
+                           {false, true}, 1});
+    cases.push_back(OpCase{"GlobalAveragePool", "GlobalAveragePool", "", {}, {uniform({2, 3, 5, 6}, 137)}, {}, 1});
+    cases.push_back(OpCase{"GlobalMaxPool", "GlobalMaxPool", "", {}, {uniform({2, 3, 5, 6}, 138)}, {}, 1});
+    cases.push_back(OpCase{"GlobalAveragePoolGrad", "GlobalAveragePoolGrad", kMirror, {},
+                           {uniform({2, 3, 1, 1}, 139), ints({2, 3, 5, 6})}, {false, true}, 1});
+    cases.push_back(OpCase{"GlobalMaxPoolGrad", "GlobalMaxPoolGrad", kMirror, {},
+                           {uniform({2, 3, 1, 1}, 140), uniform({2, 3, 5, 6}, 141)}, {}, 1});
+  }
+
+  // Losses.
+  {
+    cases.push_back(OpCase{"SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLoss", "", {},
+                           {uniform({16, 10}, 151, -3.f, 3.f), labels(16, 10, 152)}, {}, 2, 1e-5, 1e-6});
+    AttributeMap a;
+    a.set("reduction", std::string("sum"));
+    a.set("ignore_index", int64_t{2});
+    cases.push_back(OpCase{"SoftmaxCrossEntropyLoss_weighted", "SoftmaxCrossEntropyLoss", "", a,
+                           {uniform({4, 5, 3}, 153, -3.f, 3.f), labels(12, 5, 154).reshaped({4, 3}), uniform({5}, 155, 0.5f, 2.f)},
+                           {false, false, true}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLoss", "NegativeLogLikelihoodLoss", "", {},
+                           {uniform({16, 10}, 156, -3.f, 0.f), labels(16, 10, 157)}, {}, 1, 1e-5, 1e-6});
+    AttributeMap g;
+    g.set("from_scores", int64_t{1});
+    cases.push_back(OpCase{"SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLossGrad", kMirror, g,
+                           {scalar_f(1.f), uniform({16, 10}, 158, -3.f, 3.f), labels(16, 10, 159)}, {}, 1, 1e-5, 1e-7});
+  }
+
+  // Optimizers (in place on graph inputs; copies when the param is an initializer).
+  {
+    AttributeMap a;
+    a.set("momentum", 0.9f);
+    a.set("weight_decay", 0.01f);
+    a.set("nesterov", int64_t{1});
+    cases.push_back(OpCase{"SGD", "SGD", kMirror, a,
+                           {scalar_f(0.1f), scalar_i(3), uniform({40, 3}, 161), uniform({40, 3}, 162), uniform({40, 3}, 163)},
+                           {}, 2, 1e-5, 1e-6});
+    AttributeMap p;
+    cases.push_back(OpCase{"SGD_plain_constant_param", "SGD", kMirror, p,
+                           {scalar_f(0.1f), scalar_i(1), uniform({40, 3}, 164), uniform({40, 3}, 165)},
+                           {false, false, true, false}, 1, 1e-5, 1e-6});
+    AttributeMap w;
+    w.set("weight_decay", 0.05f);
+    w.set("decoupled", int64_t{1});
+    cases.push_back(OpCase{"Adam", "Adam", kMirror, w,
+                           {scalar_f(0.01f), scalar_i(5), uniform({33, 4}, 166), uniform({33, 4}, 167), uniform({33, 4}, 168),
+                            uniform({33, 4}, 169, 0.f, 1.f)},
+                           {}, 3, 1e-5, 1e-6});
+  }
+  return cases;
+}
+
+class CudaOpTest : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(CudaOpTest, MatchesCpu) {
+  OMT_SKIP_WITHOUT_CUDA();
+  const OpCase& c = GetParam();
+  const NamedTensors want = run_case(c, "cpu");
+  const NamedTensors got = run_case(c, "cuda");
+  ASSERT_EQ(got.names(), want.names());
+  for (const auto& name : want.names())
+    EXPECT_TRUE(test::tensors_close(got.at(name), want.at(name), c.rtol, c.atol)) << c.name << " output " << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCudaKernels, CudaOpTest, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+// Runs without a device: every registered CUDA kernel has a case above, and every case's op
+// has a CUDA kernel.
+TEST(CudaOpCoverage, EveryRegisteredKernelHasACase) {
+  std::set<std::string> covered;
+  for (const auto& c : all_cases()) covered.insert(c.domain.empty() ? c.op : c.domain + ":" + c.op);
+  std::string missing;
+  for (const auto& op : cuda::cuda_kernel_registry().op_types())
+    if (!covered.count(op)) missing += " " + op;
+  EXPECT_TRUE(missing.empty()) << "CUDA kernels without a test case:" << missing;
+  const std::vector<std::string> registered = cuda::cuda_kernel_registry().op_types();
+  for (const auto& op : covered)
+    EXPECT_EQ(std::count(registered.begin(), registered.end(), op), 1) << op << " has a test case but no CUDA kernel";
+}
+
+}  // namespace
+}  // namespace omt

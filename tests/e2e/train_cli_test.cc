@@ -1,0 +1,252 @@
+// onnx-mirror-train's training commands end to end, as a user runs them: grad, train,
+// export-training-graph and eval on small real data (a slice of Fashion-MNIST), resume,
+// multi-process worlds, a dead peer, traces, and the errors users hit. Label: slow.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "common/file_util.h"
+#include "graph/onnx_io.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/npy.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+using test::run_tool;
+using test::source_path;
+
+// A labelled slice of Fashion-MNIST as an .npz: 'images' uint8 [n,28,28] and 'labels'.
+std::string write_slice(const test::TempDir& dir, const std::string& name, const std::string& split, int64_t n,
+                        int64_t label_offset = 0) {
+  const Dataset d = load_dataset("fashion-mnist:" + split);
+  NamedTensors out;
+  Tensor images = Tensor::empty(DType::kUInt8, {n, 28, 28});
+  std::memcpy(images.raw(), d.features.raw(), images.nbytes());
+  Tensor labels = Tensor::empty(DType::kInt64, {n});
+  for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = d.labels.data<int64_t>()[i] + label_offset;
+  out.set("images", images);
+  out.set("labels", labels);
+  const std::string path = dir.file(name);
+  write_npz(path, out);
+  return path;
+}
+
+void expect_failure(const test::CommandResult& r, const std::vector<std::string>& parts) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.exit_code, 128) << "crashed:\n" << r.output;
+  for (const auto& p : parts) EXPECT_NE(r.output.find(p), std::string::npos) << "missing '" << p << "' in:\n" << r.output;
+}
+
+double parse_percent(const std::string& text, const std::string& before) {
+  const auto at = text.rfind(before);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + before.size()));
+}
+
+TEST(TrainCli, GradWritesLossAndOneGradientPerParameter) {
+  test::TempDir dir;
+  const NamedTensors ref = read_npz(source_path("tests/reference/mlp.npz"));
+  NamedTensors batch;
+  batch.set("input", ref.at("input"));
+  batch.set("y", ref.at("labels"));
+  write_npz(dir.file("batch.npz"), batch);
+  const auto r = run_tool("grad " + source_path("tests/reference/mlp_op17.onnx") + " --data " + dir.file("batch.npz") +
+                          " --labels y --loss softmax_cross_entropy --output " + dir.file("grads.npz"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const NamedTensors grads = read_npz(dir.file("grads.npz"));
+  EXPECT_TRUE(test::tensors_close(grads.at("loss"), ref.at("loss"), 1e-4, 1e-5));
+  for (const char* p : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"})
+    EXPECT_TRUE(test::tensors_close(grads.at(p), ref.at(std::string("grad/") + p), 1e-4, 1e-5)) << p;
+}
+
+TEST(TrainCli, TrainingErrorsNameTheProblem) {
+  test::TempDir dir;
+  const NamedTensors ref = read_npz(source_path("tests/reference/mlp.npz"));
+  auto batch_with = [&](const std::string& name, const Tensor& labels) {
+    NamedTensors batch;
+    batch.set("input", ref.at("input"));
+    batch.set(name, labels);
+    const std::string path = dir.file(name + ".npz");
+    write_npz(path, batch);
+    return path;
+  };
+  const std::string mlp = source_path("tests/reference/mlp_op17.onnx");
+  const std::string out = " --output " + dir.file("g.npz");
+  const std::string good = batch_with("y", ref.at("labels"));
+  const std::string grad = "grad " + mlp + " --data " + good + out;
+  expect_failure(run_tool(grad + " --labels nope"), {"'nope'"});
+  expect_failure(run_tool("grad " + mlp + " --data " + batch_with("yf", Tensor::zeros(DType::kFloat32, {8})) + out +
+                          " --labels yf"),
+                 {"yf", "float32", "int64"});
+  expect_failure(run_tool("grad " + mlp + " --data " + batch_with("y2", Tensor::zeros(DType::kInt64, {8, 2})) + out +
+                          " --labels y2"),
+                 {"y2", "[8,2]"});
+  expect_failure(run_tool("grad " + mlp + " --data " + good + out + " --labels input"), {"'input'"});
+  expect_failure(run_tool(grad + " --labels y --loss hinge"), {"unknown loss 'hinge'", "softmax_cross_entropy"});
+  expect_failure(run_tool(grad + " --labels y --loss model"), {"scalar", "[batch,5]"});
+  expect_failure(run_tool("train " + source_path("tests/data/no_gradient_ops.onnx") + " --data " +
+                          write_slice(dir, "s.npz", "train", 64) + " --steps 2"),
+                 {"ConvTranspose (node 'deconv')", "InstanceNormalization (node 'norm')"});
+  const auto inspect = run_tool("inspect " + source_path("tests/data/no_gradient_ops.onnx"));
+  EXPECT_NE(inspect.output.find("ops without a gradient rule (2"), std::string::npos) << inspect.output;
+}
+
+TEST(TrainCli, ExportTrainingGraphPassesTheChecker) {
+  test::TempDir dir;
+  for (const char* opt : {"sgd --momentum 0.9", "adam", "adamw --weight-decay 0.01"}) {
+    const auto r = run_tool("export-training-graph " + source_path("models/cnn.onnx") + " --optimizer " + opt +
+                            " --output " + dir.file("train.onnx"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Model m = load_onnx(dir.file("train.onnx"));  // runs ONNX's checker
+    int updates = 0;
+    for (const auto& n : m.graph.nodes) updates += n.op_type == "SGD" || n.op_type == "Adam";
+    EXPECT_EQ(updates, 8) << opt;
+  }
+}
+
+// Trains the MLP on a slice with 2 replicas; eval on the written model reproduces the final
+// validation accuracy exactly; the model passes ONNX's checker; metrics and report exist.
+TEST(TrainCli, TrainEvalAndOutputsAgree) {
+  test::TempDir dir;
+  const std::string train = write_slice(dir, "train.npz", "train", 1024);
+  const std::string val = write_slice(dir, "val.npz", "test", 300);
+  const auto r = run_tool("train " + source_path("models/mlp.onnx") + " --data " + train + " --val " + val +
+                          " --epochs 2 --global-batch 64 --lr 0.05 --momentum 0.9 --replicas 2 --output " +
+                          dir.file("mlp.onnx") + " --metrics " + dir.file("run.jsonl") + " --report " +
+                          dir.file("report.html") + " --check-every 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double run_accuracy = parse_percent(r.output, "samples, accuracy ");
+  EXPECT_GT(run_accuracy, 60.0) << r.output;
+  load_onnx(dir.file("mlp.onnx"));
+  const auto e = run_tool("eval " + dir.file("mlp.onnx") + " --data " + val + " --replicas 3");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_EQ(parse_percent(e.output, "samples, accuracy "), run_accuracy) << e.output;
+  EXPECT_NE(e.output.find("confusion matrix"), std::string::npos);
+  std::ifstream jsonl(dir.file("run.jsonl"));
+  std::string line;
+  int steps = 0, epochs = 0, summaries = 0;
+  while (std::getline(jsonl, line)) {
+    const auto j = nlohmann::json::parse(line);
+    steps += j["type"] == "step";
+    epochs += j["type"] == "epoch";
+    summaries += j["type"] == "summary";
+  }
+  EXPECT_EQ(steps, 32);
+  EXPECT_EQ(epochs, 2);
+  EXPECT_EQ(summaries, 1);
+  const std::string html = read_file_bytes(dir.file("report.html"));
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_EQ(html.find("http://"), std::string::npos);
+}
+
+TEST(TrainCli, ResumeIsBitIdenticalAndWorksWithOtherReplicaCounts) {
+  test::TempDir dir;
+  const std::string train = write_slice(dir, "train.npz", "train", 640);
+  const std::string common = "train " + source_path("models/mlp.onnx") + " --data " + train + " --val " + train +
+                             " --global-batch 64 --lr 0.05 --momentum 0.9 --replicas 2 --seed 7";
+  ASSERT_EQ(run_tool(common + " --epochs 2 --output " + dir.file("straight.onnx")).exit_code, 0);
+  const auto first = run_tool(common + " --epochs 1 --checkpoint-dir " + dir.file("ck"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto resumed = run_tool(common + " --epochs 2 --resume " + dir.file("ck") + " --output " + dir.file("resumed.onnx"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos);
+  const Model a = load_onnx(dir.file("straight.onnx")), b = load_onnx(dir.file("resumed.onnx"));
+  for (const auto& name : a.graph.initializers.names())
+    EXPECT_TRUE(test::tensors_identical(a.graph.initializers.at(name), b.graph.initializers.at(name))) << name;
+  // A different replica count continues from the same checkpoint and keeps learning.
+  const auto other = run_tool("train " + source_path("models/mlp.onnx") + " --data " + train + " --val " + train +
+                              " --global-batch 64 --lr 0.05 --momentum 0.9 --replicas 3 --seed 7 --epochs 3 --resume " +
+                              dir.file("ck"));
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_GT(parse_percent(other.output, "samples, accuracy "), 60.0) << other.output;
+  // A checkpoint of another model is refused, naming the mismatch.
+  expect_failure(run_tool("train " + source_path("models/cnn.onnx") + " --data " + train +
+                          " --global-batch 64 --seed 7 --epochs 2 --resume " + dir.file("ck")),
+                 {"different model"});
+}
+
+TEST(TrainCli, DataAndOutputErrors) {
+  test::TempDir dir;
+  const std::string mlp = source_path("models/mlp.onnx");
+  expect_failure(run_tool("train " + mlp + " --data " + dir.file("missing.npz") + " --steps 1"), {"missing.npz"});
+  const std::string shifted = write_slice(dir, "shifted.npz", "train", 64, 5);  // labels up to 14
+  expect_failure(run_tool("train " + mlp + " --data " + shifted + " --steps 1"),
+                 {"out of range", "10 classes"});
+  NamedTensors small;
+  small.set("images", Tensor::zeros(DType::kUInt8, {16, 32, 32}));
+  small.set("labels", Tensor::zeros(DType::kInt64, {16}));
+  write_npz(dir.file("32px.npz"), small);
+  expect_failure(run_tool("train " + mlp + " --data " + dir.file("32px.npz") + " --steps 1"),
+                 {"'input'", "[batch,1,28,28]", "[32,32]"});
+  const std::string ok = write_slice(dir, "ok.npz", "train", 64);
+  expect_failure(run_tool("train " + mlp + " --data " + ok + " --steps 1 --output /nonexistent/dir/m.onnx"),
+                 {"/nonexistent/dir/m.onnx", "does not exist"});
+  EXPECT_FALSE(file_exists("/nonexistent/dir/m.onnx"));
+  expect_failure(run_tool("train " + mlp + " --data " + ok + " --steps 5 --lr 1e30"),
+                 {"the loss became", "step"});
+}
+
+TEST(TrainCli, TwoProcessesTrainAndATraceShowsOverlap) {
+  test::TempDir dir;
+  const std::string train = write_slice(dir, "train.npz", "train", 512);
+  const auto r = run_tool("train " + source_path("models/cnn.onnx") + " --data " + train + " --val " + train +
+                          " --steps 6 --global-batch 64 --nproc 2 --replicas 1 --explain-buckets --check-every 2 " +
+                          "--first-bucket-mb 0.05 --trace " + dir.file("trace.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on 2 replica(s) (1 per process)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bucket 0:"), std::string::npos) << r.output;
+  const auto trace = nlohmann::json::parse(read_file_bytes(dir.file("trace.json")));
+  int kernels = 0, comm = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    kernels += e.value("cat", "") == "kernel";
+    comm += e.value("cat", "") == "comm";
+  }
+  EXPECT_GT(kernels, 10);
+  EXPECT_GT(comm, 0);
+  EXPECT_NE(r.output.find("exposed communication"), std::string::npos);
+}
+
+TEST(TrainCli, ADeadProcessStopsTheOthersWithinTheDeadline) {
+  test::TempDir dir;
+  const std::string train = write_slice(dir, "train.npz", "train", 2048);
+  const std::string cmd = test::tool_path() + " train " + source_path("models/cnn.onnx") + " --data " + train +
+                          " --val " + train + " --epochs 50 --global-batch 64 --nproc 3 --replicas 1 --timeout 5 > " +
+                          dir.file("log.txt") + " 2>&1";
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until training runs, then kill one child process of the world with SIGKILL.
+  pid_t victim = -1;
+  for (int i = 0; i < 200 && victim < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto r = test::run_command("pgrep -P " + std::to_string(parent));
+    if (r.exit_code == 0 && read_file_bytes(dir.file("log.txt")).find("training ") != std::string::npos)
+      victim = std::stoi(r.output);
+  }
+  ASSERT_GT(victim, 0) << read_file_bytes(dir.file("log.txt"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(victim, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(parent, &status, 0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string log = read_file_bytes(dir.file("log.txt"));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
+  EXPECT_LT(seconds, 5 + 10) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex("rank [12]"))) << log;
+}
+
+}  // namespace
+}  // namespace omt

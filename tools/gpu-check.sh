@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# gpu-check.sh: every GPU check for a machine with a GPU and no package manager, from a build
+# made elsewhere. Runs the GPU tests (CTest label gpu, else the test binary directly), then a
+# training benchmark: onnx-mirror-train on the CNN (--device cuda), and PyTorch (the machine's
+# own torch) training the same CNN and a Transformer encoder layer; prints a summary table.
+# GPU tests run as the cuda_tests binary (label gpu in CTest on the build machine).
+# Budget: under 8 minutes. Run from the repository root:
+#
+#   tools/gpu-check.sh BUILD_DIR LIB_DIR
+#
+# BUILD_DIR holds tools/onnx-mirror-train and tests/cuda/cuda_tests; LIB_DIR is the folder
+# shared/device/collect-libs.sh filled (carry both, e.g. build-cuda/ and build-cuda/device-libs).
+set -euo pipefail
+
+BUILD=${1:?usage: tools/gpu-check.sh BUILD_DIR LIB_DIR}
+LIBS=${2:?usage: tools/gpu-check.sh BUILD_DIR LIB_DIR}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$(mktemp -d)}
+STEPS=${OMT_BENCH_STEPS:-200}
+BATCH=${OMT_BENCH_BATCH:-256}
+declare -a SUMMARY=()
+note() { printf '\n== %s\n' "$*"; }
+row() { SUMMARY+=("$(printf '%-44s %s' "$1" "$2")"); }
+
+for f in "$BUILD/tools/onnx-mirror-train" "$BUILD/tests/cuda/cuda_tests"; do
+  [[ -x $f ]] || { echo "gpu-check: $f is missing or not executable; build it and carry $BUILD" >&2; exit 2; }
+done
+ENV_SCRIPT="$ROOT/shared/device/device-env.sh"
+[[ -f $ENV_SCRIPT ]] || ENV_SCRIPT="$LIBS/device-env.sh"
+[[ -f $ENV_SCRIPT ]] || { echo "gpu-check: device-env.sh not found in shared/device or $LIBS" >&2; exit 2; }
+# shellcheck disable=SC1090
+source "$ENV_SCRIPT" "$LIBS"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+# ---- 1. GPU tests ---------------------------------------------------------------------------------
+note "GPU tests"
+TEST_RC=0
+# The binary directly: CTest files hold the build machine's absolute paths.
+timeout 240 "$BUILD/tests/cuda/cuda_tests" --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" || TEST_RC=${PIPESTATUS[0]}
+if grep -q "no CUDA device" "$OUT/gpu-tests.log"; then row "GPU tests" "SKIPPED (no CUDA device seen)"
+elif [[ $TEST_RC -eq 0 ]]; then row "GPU tests" "PASS"
+else row "GPU tests" "FAIL (rc $TEST_RC, see $OUT/gpu-tests.log)"; fi
+
+# ---- 2. benchmark data: a synthetic Fashion-MNIST-shaped set (this machine is offline) -------------
+note "benchmark data"
+python3 - "$OUT/bench.npz" "$((STEPS * BATCH))" <<'PY'
+import sys, numpy as np
+path, n = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+np.savez(path, input=rng.random((n, 1, 28, 28), dtype=np.float32), labels=rng.integers(0, 10, n).astype(np.int64))
+print(f"wrote {n} samples to {path}")
+PY
+
+# ---- 3. onnx-mirror on the GPU ----------------------------------------------------------------------
+note "onnx-mirror-train: CNN, --device cuda"
+omt_bench() {  # label model [extra args]: samples/s from wall time (start-up included)
+  local label=$1 model=$2; shift 2
+  local t0 t1 rc=0
+  t0=$(date +%s.%N)
+  timeout 150 "$BUILD/tools/onnx-mirror-train" train "$model" --data "$OUT/bench.npz" --steps "$STEPS" \
+    --global-batch "$BATCH" --optimizer sgd --lr 0.01 --device cuda "$@" >"$OUT/$label.log" 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  tail -n 5 "$OUT/$label.log"
+  if [[ $rc -ne 0 ]]; then
+    row "onnx-mirror $label (GPU)" "FAILED rc $rc: $(grep -m1 -iE 'error|unsupported|not yet' "$OUT/$label.log" | cut -c1-80)"
+  else
+    row "onnx-mirror $label (GPU)" "$(python3 -c "print(f'{$STEPS*$BATCH/($t1-$t0):.0f} samples/s (wall, incl. start-up)')")"
+  fi
+}
+omt_bench cnn "$ROOT/models/cnn.onnx"
+if "$BUILD/tools/onnx-mirror-train" inspect "$ROOT/tests/reference/transformer_op17.onnx" --device cuda 2>&1 |
+    grep -q "unsupported ops on cuda: none"; then
+  note "onnx-mirror-train: Transformer layer, --device cuda (skipped: needs its own data shape)"
+  row "onnx-mirror transformer (GPU)" "not benchmarked (needs [batch,5,8] data)"
+else
+  row "onnx-mirror transformer (GPU)" "not run: the CUDA backend lacks some of its ops"
+fi
+
+# ---- 4. PyTorch on the same GPU -------------------------------------------------------------------
+note "PyTorch: CNN and Transformer encoder layer"
+timeout 180 python3 - "$STEPS" "$BATCH" <<'PY' 2>&1 | tee "$OUT/torch.log" || true
+import sys, time, torch, torch.nn as nn
+steps, batch = int(sys.argv[1]), int(sys.argv[2])
+dev = torch.device("cuda")
+torch.backends.cudnn.benchmark = True
+
+class CNN(nn.Module):  # models/make_models.py
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1, self.fc2 = nn.Linear(64 * 5 * 5, 128), nn.Linear(128, 10)
+    def forward(self, x):
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
+
+def bench(name, model, x, y, loss_fn):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+    for _ in range(10): step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps): step()
+    torch.cuda.synchronize()
+    print(f"RESULT {name} {steps * x.shape[0] / (time.perf_counter() - t0):.0f}")
+
+x = torch.rand(batch, 1, 28, 28, device=dev); y = torch.randint(0, 10, (batch,), device=dev)
+bench("cnn", CNN().to(dev), x, y, nn.CrossEntropyLoss())
+layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True).to(dev)
+xt = torch.rand(batch, 64, 256, device=dev)
+bench("transformer_d256_seq64", layer, xt, xt, nn.MSELoss())
+PY
+while read -r _ name rate; do row "PyTorch $name (GPU)" "$rate samples/s (timed steps only)"; done < <(grep '^RESULT' "$OUT/torch.log" || true)
+
+# ---- summary --------------------------------------------------------------------------------------
+note "summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo 'GPU'); steps $STEPS, batch $BATCH)"
+printf '%s\n' "${SUMMARY[@]}"
+echo "logs: $OUT"
+[[ $TEST_RC -eq 0 ]]
