@@ -4,7 +4,7 @@ and PyTorch (bench/pytorch_bench.py: 1x1, 1x2, DDP 2x1) train the same models wi
 hyper-parameters in one run; prints a Markdown table and the ratios the issue's acceptance
 criteria name.
 
-  /usr/bin/python3 bench/run_bench.py [--build build-bench] [--mlp-epochs 2] [--cnn-epochs 1]
+  /usr/bin/python3 bench/run_bench.py [--build build-bench] [--mlp-epochs 1] [--cnn-epochs 1]
       [--openblas DIR] [--nproc] [--markdown out.md]
 
 --openblas DIR adds PyTorch runs with OpenBLAS's libblas.so.3 from DIR on LD_LIBRARY_PATH:
@@ -134,7 +134,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build", default=os.path.join(ROOT, "build-bench"), help="CMake build folder")
     p.add_argument("--models", default="mlp,cnn")
-    p.add_argument("--mlp-epochs", type=int, default=2)
+    p.add_argument("--mlp-epochs", type=int, default=1)
     p.add_argument("--cnn-epochs", type=int, default=1)
     p.add_argument("--global-batch", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.05)

@@ -78,6 +78,8 @@ class Tensor {
   Tensor reshaped(Shape shape) const;
   // Deep copy into fresh host memory.
   Tensor clone() const;
+  // True when this handle is the only owner of its memory (a cached buffer may be reused).
+  bool sole_owner() const { return owner_ && owner_.use_count() == 1; }
   // True when the two share the same memory (used to assert in-place-free plans).
   bool same_storage(const Tensor& other) const { return data_ == other.data_; }
 

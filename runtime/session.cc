@@ -38,6 +38,11 @@ struct Session::Plan {
   std::vector<int> output_slots;  // per graph output
   std::vector<Step> steps;
   std::map<int, Tensor> bound;    // slot -> caller-owned buffer the producer writes into
+  // Note [Buffer reuse]: memory a kernel got from output() is kept per slot after the run
+  // (or after the value's last reader) and handed back to the same slot next run when its
+  // size still fits and nobody else holds it, so a steady training step allocates nothing.
+  std::vector<Tensor> cache;
+  std::vector<bool> fresh;        // per slot: this run's value came from output()
 
   int slot(const std::string& name) {
     auto it = slot_of.find(name);
@@ -54,9 +59,9 @@ namespace {
 
 class StepContext : public KernelContext {
  public:
-  StepContext(std::vector<Tensor>& slots, const std::vector<int>& in, const std::vector<int>& out,
-              const std::vector<bool>& used, const std::map<int, Tensor>& bound)
-      : slots_(slots), in_(in), out_(out), used_(used), bound_(bound) {}
+  StepContext(Session::Plan& plan, const std::vector<int>& in, const std::vector<int>& out,
+              const std::vector<bool>& used)
+      : plan_(plan), slots_(plan.slots), in_(in), out_(out), used_(used), bound_(plan.bound) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   int num_outputs() const override { return static_cast<int>(out_.size()); }
   const Tensor* input(int i) const override {
@@ -70,9 +75,19 @@ class StepContext : public KernelContext {
       OMT_CHECK(b->dtype() == dtype && b->numel() == shape_numel(shape), kInternal,
                 "bound buffer ", b->describe(), " does not fit output ", dtype_name(dtype), shape_str(shape));
       t = b->reshaped(shape);
-    } else {
-      t = Tensor::empty(dtype, shape);
+      return t;
     }
+    if (out_[i] < 0) {
+      t = plan_.backend->allocate(dtype, shape);
+      return t;
+    }
+    Tensor& cached = plan_.cache[out_[i]];
+    if (cached.defined() && cached.dtype() == dtype && cached.numel() == shape_numel(shape) && cached.sole_owner())
+      t = cached.reshaped(shape);
+    else
+      t = plan_.backend->allocate(dtype, shape);
+    cached = Tensor();
+    plan_.fresh[out_[i]] = true;
     return t;
   }
   void set_output(int i, Tensor value) override {
@@ -92,6 +107,7 @@ class StepContext : public KernelContext {
     if (out_[i] < 0) return scratch_;
     return slots_[out_[i]];
   }
+  Session::Plan& plan_;
   std::vector<Tensor>& slots_;
   const std::vector<int>& in_;
   const std::vector<int>& out_;
@@ -141,6 +157,8 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     p.output_slots.push_back(p.slot_of.at(out.name));
   }
 
+  p.cache.assign(p.slots.size(), Tensor());
+  p.fresh.assign(p.slots.size(), false);
   // Which slots are read at all, and where each is read last.
   std::vector<int> last_use(p.slots.size(), -1);
   std::set<int> keep(p.output_slots.begin(), p.output_slots.end());
@@ -226,6 +244,13 @@ void Session::bind_output(const std::string& value, Tensor buffer) {
   plan_->bound[it->second] = std::move(buffer);
 }
 
+void Session::retire(int slot) {
+  Plan& p = *plan_;
+  if (p.fresh[slot]) p.cache[slot] = std::move(p.slots[slot]);
+  p.slots[slot] = Tensor();
+  p.fresh[slot] = false;
+}
+
 int Session::num_nodes() const { return static_cast<int>(plan_->steps.size()); }
 const Node& Session::node(int i) const { return *plan_->steps[i].node; }
 
@@ -237,7 +262,7 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   for (size_t k = 0; k < p.steps.size(); ++k) {
     auto& step = p.steps[k];
     if (hooks && hooks->before_node) hooks->before_node(static_cast<int>(k));
-    StepContext ctx(p.slots, step.inputs, step.outputs, step.used, p.bound);
+    StepContext ctx(p, step.inputs, step.outputs, step.used);
     try {
       step.kernel->compute(ctx);
     } catch (const Error& e) {
@@ -245,7 +270,7 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
       if (msg.find("node '" + step.node->name + "'") != std::string::npos) throw;
       throw Error(e.kind(), str_cat(step.node->where(), ": ", msg));
     }
-    for (int s : step.release) p.slots[s] = Tensor();
+    for (int s : step.release) retire(s);
     if (hooks && hooks->after_node) hooks->after_node(static_cast<int>(k));
   }
   NamedTensors out;
@@ -254,7 +279,7 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   }
   // Drop references to this run's values so the caller owns the outputs alone.
   for (size_t s = 0; s < p.slots.size(); ++s)
-    if (!p.is_constant[s]) p.slots[s] = Tensor();
+    if (!p.is_constant[s]) retire(static_cast<int>(s));
   return out;
 }
 

@@ -50,8 +50,11 @@ class Session {
   const Model& model() const { return *model_; }
   const SessionOptions& options() const { return options_; }
 
+ public:
+  struct Plan;  // opaque; public so the kernel context in session.cc can name it
+
  private:
-  struct Plan;
+  void retire(int slot);  // ends a value's life in this run (its memory may be reused next run)
   void check_feeds(const NamedTensors& feeds) const;
 
   std::shared_ptr<const Model> model_;

@@ -39,7 +39,9 @@ TEST(CudaBackend, ArenaStopsCallingCudaMallocOnceWarm) {
     std::vector<Tensor> live;
     for (const auto& s : shapes) live.push_back(cu.allocate(DType::kFloat32, s));
     live.clear();
-    if (step > 0) EXPECT_EQ(cu.arena().cuda_mallocs(), before) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(cu.arena().cuda_mallocs(), before) << "step " << step;
+    }
   }
 }
 

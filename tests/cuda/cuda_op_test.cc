@@ -30,6 +30,9 @@ struct OpCase {
   double rtol = 1e-5, atol = 1e-6;
 };
 
+// gtest prints a case by its name (not its bytes) in failures and CTest listings.
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
 Tensor uniform(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
