@@ -324,4 +324,46 @@ BackwardResult append_backward(Graph& graph, const BackwardSpec& spec) {
   return result;
 }
 
+bool has_gradient_ops(const Graph& graph) {
+  for (const auto& n : graph.nodes)
+    if (n.op_type == "Gradient" && n.domain == "ai.onnx.preview.training") return true;
+  return false;
+}
+
+Model expand_gradient_ops(const Model& model) {
+  Model out = model;
+  Graph& g = out.graph;
+  for (;;) {
+    auto it = std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+      return n.op_type == "Gradient" && n.domain == "ai.onnx.preview.training";
+    });
+    if (it == g.nodes.end()) break;
+    const Node gradient = *it;
+    g.nodes.erase(it);
+    const auto* xs = std::get_if<std::vector<std::string>>(&gradient.attrs.all().at("xs"));
+    const auto* y = std::get_if<std::string>(&gradient.attrs.all().at("y"));
+    OMT_CHECK(xs && y, kModel, gradient.where(), ": needs the attributes xs (strings) and y (string)");
+    OMT_CHECK(xs->size() == gradient.outputs.size(), kModel, gradient.where(), ": has ", gradient.outputs.size(),
+              " outputs for ", xs->size(), " xs");
+    const BackwardResult br = append_backward(g, BackwardSpec{*y, *xs, ""});
+    for (size_t i = 0; i < xs->size(); ++i) {
+      Node copy;
+      copy.name = gradient.name + "/d" + (*xs)[i];
+      copy.outputs = {gradient.outputs[i]};
+      const auto found = std::find_if(br.grads.begin(), br.grads.end(),
+                                      [&](const BackwardResult::Grad& gr) { return gr.param == (*xs)[i]; });
+      if (found != br.grads.end()) {
+        copy.op_type = "Identity";
+        copy.inputs = {found->grad};
+      } else {  // y does not depend on this x: its gradient is zero
+        copy.op_type = "Sub";
+        copy.inputs = {(*xs)[i], (*xs)[i]};
+      }
+      g.nodes.push_back(copy);
+    }
+  }
+  topological_sort(g);
+  return out;
+}
+
 }  // namespace omt

@@ -40,6 +40,11 @@ BackwardResult append_backward(Graph& graph, const BackwardSpec& spec);
 std::vector<std::string> ops_without_gradient(const Graph& graph, const std::string& loss,
                                               const std::set<std::string>& params);
 
+// ONNX's ai.onnx.preview.training Gradient op (outputs d y / d xs): each such node is
+// replaced by the backward nodes that compute it. Returns the model unchanged without one.
+Model expand_gradient_ops(const Model& model);
+bool has_gradient_ops(const Graph& graph);
+
 // Every op type in the graph that has neither a gradient rule nor a no-gradient entry.
 std::vector<std::string> ops_lacking_gradient_rule(const Graph& graph);
 

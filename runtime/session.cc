@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "graph/autodiff.h"
+
 #include <cstring>
 #include <map>
 #include <set>
@@ -125,6 +127,7 @@ class StepContext : public KernelContext {
 
 Session::Session(std::shared_ptr<const Model> model, const SessionOptions& options)
     : model_(std::move(model)), options_(options), plan_(std::make_unique<Plan>()) {
+  if (has_gradient_ops(model_->graph)) model_ = std::make_shared<const Model>(expand_gradient_ops(*model_));
   Plan& p = *plan_;
   p.backend = get_backend(options_.device, options_.device_index);
   const Graph& g = model_->graph;

@@ -22,6 +22,7 @@ namespace omt {
 namespace {
 
 const char* kNodeDir = "/usr/share/libonnx-testdata/data/node";
+const char* kSimpleDir = "/usr/share/libonnx-testdata/data/simple";
 
 std::vector<std::string> list_dir(const std::string& path) {
   std::vector<std::string> out;
@@ -204,6 +205,15 @@ TEST(OnnxNodeTests, RunEverySupportedCase) {
   }();
   if (!filter_env) {
     EXPECT_GE(passed, 350) << "fewer ONNX node tests pass than the 350 required";
+  }
+}
+
+// ONNX's "simple" model tests that exercise training: the Gradient operator of
+// ai.onnx.preview.training (expanded by onnx-mirror's autodiff).
+TEST(OnnxSimpleTests, GradientOperatorCases) {
+  for (const char* c : {"test_gradient_of_add", "test_gradient_of_add_and_mul"}) {
+    const Outcome o = run_case(std::string(kSimpleDir) + "/" + c);
+    EXPECT_EQ(o.kind, Outcome::kPass) << c << ": " << o.reason;
   }
 }
 
