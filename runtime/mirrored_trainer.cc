@@ -52,10 +52,12 @@ uint64_t fnv1a(const void* data, size_t n) {
   return h;
 }
 
-void pin_to_core(int core) {
+// Pins the calling thread (and the OpenMP team it will start, which inherits the mask) to
+// cores [first, first + count).
+void pin_to_cores(int first, int count) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(core, &set);
+  for (int c = first; c < first + count; ++c) CPU_SET(c, &set);
   sched_setaffinity(0, sizeof set, &set);  // best effort: a restricted cpuset just says no
 }
 
@@ -276,7 +278,7 @@ struct MirroredTrainer::Impl {
   void thread_main(int r) {
     if (opt.pin_threads) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      if (R * opt.threads_per_replica <= cores) pin_to_core((r * opt.threads_per_replica) % cores);
+      if (R * opt.threads_per_replica <= cores) pin_to_cores(r * opt.threads_per_replica, opt.threads_per_replica);
     }
     omp_set_num_threads(opt.threads_per_replica);
     uint64_t seen = 0;
