@@ -1,6 +1,7 @@
 // Model: loading, replicated prediction and evaluation over the model's one parameter store.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <thread>
@@ -8,6 +9,7 @@
 #include "api/internal.h"
 #include "graph/onnx_io.h"
 #include "runtime/data/dataset.h"
+#include "runtime/metrics.h"
 #include "runtime/predictor.h"
 
 namespace onnx_mirror {
@@ -45,12 +47,12 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
-Model Model::load(const std::string& path) {
+Model Model::load(const std::string& path, const LoadOptions& options) {
   return guarded([&] {
     auto impl = std::make_shared<Impl>();
     impl->model = std::make_shared<omt::Model>(omt::load_onnx(path));
     // Build the plan once now, so unsupported ops are reported at load, all at once.
-    impl->predict_locked({}, 1, 1);
+    if (options.build_kernels) impl->predict_locked({}, 1, 1);
     return Model(std::move(impl));
   });
 }
@@ -87,14 +89,19 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   }
   if (inputs.size() == 0) return {};
 
+  // One replica runs the batch as given (the session checks names, dtypes and shapes);
+  // several need a shared dimension 0 to cut. Messages as omt::Predictor's.
   int64_t batch = -1;
-  for (const auto& name : inputs.names()) {
-    const omt::Tensor& t = inputs.at(name);
-    OMT_CHECK(t.rank() >= 1, kInvalidArgument, "input '", name, "' is a scalar ", t.describe(),
-              "; predict needs a batch dimension first. Reshape it to [1, ...].");
-    OMT_CHECK(batch < 0 || t.dim(0) == batch, kInvalidArgument, "input '", name, "' has batch dimension ",
-              t.dim(0), " but another input has ", batch, "; all inputs must share dimension 0.");
-    batch = t.dim(0);
+  if (replicas > 1) {
+    for (const auto& name : inputs.names()) {
+      const omt::Tensor& t = inputs.at(name);
+      OMT_CHECK(t.rank() >= 1, kInvalidArgument, "input '", name,
+                "' is a scalar, so it cannot be split across replicas. Use --replicas 1.");
+      OMT_CHECK(batch < 0 || t.dim(0) == batch, kInvalidArgument, "input '", name, "' has batch dimension ",
+                t.dim(0), " but another input has ", batch,
+                "; all inputs must share dimension 0 to be split across replicas.");
+      batch = t.dim(0);
+    }
   }
   const int n = static_cast<int>(std::min<int64_t>(replicas, std::max<int64_t>(batch, 1)));
   std::vector<omt::NamedTensors> results(static_cast<size_t>(n));
@@ -127,52 +134,67 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   omt::NamedTensors out;
   for (const auto& name : results[0].names()) {
     std::vector<omt::Tensor> parts;
-    for (auto& r : results) parts.push_back(r.at(name));
+    for (int r = 0; r < n; ++r) {
+      const omt::Tensor& t = results[r].at(name);
+      const int64_t rows = batch * (r + 1) / n - batch * r / n;
+      OMT_CHECK(t.rank() >= 1 && t.dim(0) == rows, kInvalidArgument, "output '", name, "' has shape ",
+                omt::shape_str(t.shape()), " for a shard of ", rows,
+                " samples: its dimension 0 is not the batch, so it cannot be joined across "
+                "replicas. Use --replicas 1 for this model.");
+      parts.push_back(t);
+    }
     out.set(name, omt::concat_rows(parts));
   }
   return out;
 }
 
 EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::Tensor& labels, int replicas,
-                                        int64_t chunk) {
+                                        int64_t chunk, int threads_per_replica) {
   OMT_CHECK(features.defined() && features.rank() >= 1 && labels.defined() && labels.rank() == 1 &&
                 labels.dtype() == omt::DType::kInt64 && labels.dim(0) == features.dim(0),
             kInvalidArgument, "evaluate needs features [N, ...] and int64 labels [N]; got ",
             features.defined() ? features.describe() : "nothing", " and ", labels.defined() ? labels.describe() : "nothing");
   OMT_CHECK(chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", chunk);
   const std::string input = model->graph.inputs.at(0).name;
-  EvalResult result;
+  const int run_threads = threads_per_replica > 0 ? threads_per_replica : std::max(threads, 1);
+  const int64_t n = features.dim(0);
+  // The same scoring as omt::evaluate (runtime/fit.cc), so `eval` reproduces fit's numbers.
+  omt::ConfusionMatrix confusion;
   double loss_sum = 0;
-  int64_t correct = 0;
-  const int64_t* y = labels.data<int64_t>();
-  for (int64_t begin = 0; begin < features.dim(0); begin += chunk) {
-    const int64_t end = std::min(features.dim(0), begin + chunk);
+  bool class_scores = true;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t end = std::min(n, begin + chunk);
     omt::NamedTensors feeds;
-    feeds.set(input, omt::slice_rows(features, begin, end));
-    const omt::NamedTensors out = predict_locked(feeds, replicas, std::max(threads, 1));
+    feeds.set(input, n > chunk ? omt::slice_rows(features, begin, end) : features);
+    const omt::NamedTensors out = predict_locked(feeds, replicas, run_threads);
     const omt::Tensor& logits = out.at(out.names().at(0));
-    OMT_CHECK(logits.dtype() == omt::DType::kFloat32 && logits.rank() == 2, kInvalidArgument,
-              "evaluate scores class logits [N, C] but the first output '", out.names().at(0), "' is ",
-              logits.describe(), "; use predict and score it yourself");
+    const omt::Tensor y = n > chunk ? omt::slice_rows(labels, begin, end) : labels;
+    if (logits.dtype() != omt::DType::kFloat32 || logits.rank() != 2) {
+      class_scores = false;
+      continue;
+    }
+    if (confusion.num_classes() == 0) confusion = omt::ConfusionMatrix(logits.dim(1));
+    confusion.add(logits, y);  // kInvalidArgument for a label outside [0, C)
     const int64_t classes = logits.dim(1);
+    const float* p = logits.data<float>();
     for (int64_t i = 0; i < end - begin; ++i) {
-      const float* row = logits.data<float>() + i * classes;
-      const int64_t label = y[begin + i];
-      OMT_CHECK(label >= 0 && label < classes, kInvalidArgument, "label ", label, " of sample ", begin + i,
-                " is outside the model's ", classes, " classes");
-      int64_t best = 0;
-      double mx = row[0];
-      for (int64_t c = 1; c < classes; ++c)
-        if (row[c] > mx) mx = row[c], best = c;
+      const float* row = p + i * classes;
+      const double mx = *std::max_element(row, row + classes);
       double sum = 0;
       for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - mx);
-      loss_sum += std::log(sum) + mx - row[label];
-      correct += best == label;
+      loss_sum += mx + std::log(sum) - row[y.data<int64_t>()[i]];
     }
   }
-  result.samples = features.dim(0);
-  result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0.0;
-  result.accuracy = result.samples ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0.0;
+  int64_t correct = 0;
+  for (int64_t c = 0; c < confusion.num_classes(); ++c) correct += confusion.counts(c, c);
+  EvalResult result;
+  result.samples = n;
+  result.loss = class_scores && n ? loss_sum / static_cast<double>(n) : NAN;
+  result.accuracy = n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  result.confusion = ConfusionMatrix(confusion.num_classes());
+  for (int64_t t = 0; t < confusion.num_classes(); ++t)
+    for (int64_t c = 0; c < confusion.num_classes(); ++c)
+      if (const int64_t k = confusion.counts(t, c)) result.confusion.add(t, c, k);
   return result;
 }
 
@@ -202,6 +224,18 @@ Tensors Model::predict(const Tensors& inputs, int replicas, int threads_per_repl
   });
 }
 
+TensorList Model::predict_in_order(const TensorList& inputs, int replicas, int threads_per_replica) {
+  return guarded([&] {
+    omt::NamedTensors feeds;
+    for (const auto& [name, t] : inputs) feeds.set(name, to_internal(t));
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const omt::NamedTensors out = impl_->predict_locked(feeds, replicas, threads_per_replica);
+    TensorList result;
+    for (const auto& name : out.names()) result.emplace_back(name, to_public(out.at(name)));
+    return result;
+  });
+}
+
 Tensor Model::predict(const Tensor& input, int replicas, int threads_per_replica) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -212,10 +246,11 @@ Tensor Model::predict(const Tensor& input, int replicas, int threads_per_replica
   });
 }
 
-EvalResult Model::evaluate(const Tensor& features, const Tensor& labels, int replicas, int64_t chunk) {
+EvalResult Model::evaluate(const Tensor& features, const Tensor& labels, int replicas, int64_t chunk,
+                           int threads_per_replica) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    return impl_->evaluate_locked(to_internal(features), to_internal(labels), replicas, chunk);
+    return impl_->evaluate_locked(to_internal(features), to_internal(labels), replicas, chunk, threads_per_replica);
   });
 }
 

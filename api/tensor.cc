@@ -104,6 +104,15 @@ std::string Tensor::describe() const {
   return s + "]";
 }
 
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  return detail::guarded([&] {
+    OMT_CHECK(!parts.empty(), kInvalidArgument, "concat_rows needs at least one tensor");
+    std::vector<omt::Tensor> in;
+    for (const auto& t : parts) in.push_back(detail::to_internal(t));
+    return detail::to_public(omt::concat_rows(in));
+  });
+}
+
 Dataset Dataset::slice(int64_t begin, int64_t end) const {
   Dataset d;
   d.features = features.slice_rows(begin, end);

@@ -2,15 +2,22 @@
 // [One parameter store] in model.cc); fit runs omt::fit on the same store.
 #include "onnx_mirror/trainer.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 
 #include "api/internal.h"
+#include "collectives/factory.h"
+#include "collectives/rendezvous/env.h"
+#include "graph/onnx_io.h"
 #include "graph/training.h"
 #include "runtime/checkpoint.h"
 #include "runtime/fit.h"
 #include "runtime/mirrored_trainer.h"
 #include "runtime/predictor.h"
+#include "runtime/trainer.h"
 
 namespace onnx_mirror {
 
@@ -25,6 +32,7 @@ struct Trainer::Impl {
   omt::MirrorOptions mirror;
   std::unique_ptr<omt::MirroredTrainer> mt;
   float lr = 0;
+  int rank = 0, processes = 1;  // this process in its world (join_world)
 
   // Cuts a global batch into one contiguous shard per replica.
   std::vector<omt::ReplicaBatch> shard(const omt::NamedTensors& inputs, const omt::Tensor& labels) const {
@@ -58,6 +66,54 @@ struct Trainer::Impl {
   }
 };
 
+namespace {
+
+// The options as the training graph's spec; checks everything that needs no model.
+omt::TrainingSpec spec_of(const TrainerOptions& options) {
+  omt::TrainingSpec spec;
+  spec.loss = omt::parse_loss_kind(options.loss);
+  spec.output = options.output;
+  spec.labels = options.labels;
+  spec.train_regex = options.train_regex;
+  spec.freeze_regex = options.freeze_regex;
+  spec.optimizer.kind = omt::parse_optimizer_kind(options.optimizer);
+  spec.optimizer.momentum = options.momentum;
+  spec.optimizer.dampening = options.dampening;
+  spec.optimizer.nesterov = options.nesterov;
+  spec.optimizer.weight_decay = options.weight_decay;
+  spec.optimizer.beta1 = options.beta1;
+  spec.optimizer.beta2 = options.beta2;
+  spec.optimizer.epsilon = options.epsilon;
+  OMT_CHECK(options.device == "cpu", kUnsupported, "TrainerOptions::device '", options.device,
+            "': this build trains on the CPU only; the CUDA backend is not available yet");
+  OMT_CHECK(options.replicas >= 1, kInvalidArgument, "TrainerOptions::replicas must be at least 1, got ",
+            options.replicas);
+  OMT_CHECK(std::isfinite(options.lr) && options.lr >= 0, kInvalidArgument,
+            "TrainerOptions::lr must be a finite number >= 0, got ", options.lr);
+  return spec;
+}
+
+}  // namespace
+
+void TrainerOptions::check() const {
+  guarded([&] { spec_of(*this); });
+}
+
+TrainingGraphSummary Trainer::export_training_graph(const Model& model, const TrainerOptions& options,
+                                                    const std::string& path) {
+  return guarded([&] {
+    OMT_CHECK(model.impl_ != nullptr, kInvalidArgument, "export_training_graph got a moved-from Model; pass a loaded one");
+    const omt::TrainingSpec spec = spec_of(options);
+    std::lock_guard<std::mutex> lock(model.impl_->mu);
+    const omt::TrainingGraph tg = omt::build_training_graph(*model.impl_->model, spec);
+    omt::save_onnx(tg.model, path);
+    TrainingGraphSummary summary;
+    summary.nodes = static_cast<int64_t>(tg.model.graph.nodes.size());
+    summary.loss = omt::loss_kind_name(spec.loss);
+    return summary;
+  });
+}
+
 Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_unique<Impl>()) {
   guarded([&] {
     OMT_CHECK(model.impl_ != nullptr, kInvalidArgument, "Trainer got a moved-from Model; pass a loaded one");
@@ -65,26 +121,20 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     t.model = model.impl_;
     t.options = options;
     t.lr = options.lr;
-    t.spec.loss = omt::parse_loss_kind(options.loss);
-    t.spec.output = options.output;
-    t.spec.train_regex = options.train_regex;
-    t.spec.freeze_regex = options.freeze_regex;
-    t.spec.optimizer.kind = omt::parse_optimizer_kind(options.optimizer);
-    t.spec.optimizer.momentum = options.momentum;
-    t.spec.optimizer.nesterov = options.nesterov;
-    t.spec.optimizer.weight_decay = options.weight_decay;
-    t.spec.optimizer.beta1 = options.beta1;
-    t.spec.optimizer.beta2 = options.beta2;
-    t.spec.optimizer.epsilon = options.epsilon;
-    OMT_CHECK(options.replicas >= 1, kInvalidArgument, "TrainerOptions::replicas must be at least 1, got ",
-              options.replicas);
-    OMT_CHECK(std::isfinite(options.lr) && options.lr >= 0, kInvalidArgument,
-              "TrainerOptions::lr must be a finite number >= 0, got ", options.lr);
+    t.spec = spec_of(options);
     t.mirror.replicas = options.replicas;
     t.mirror.threads_per_replica = options.threads_per_replica;
     t.mirror.bucket_cap_bytes = options.bucket_cap_bytes;
     t.mirror.first_bucket_bytes = options.first_bucket_bytes;
     t.mirror.overlap = options.overlap;
+    t.mirror.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+    if (options.join_world) {
+      omt::RendezvousConfig rc = omt::rendezvous_from_env();
+      rc.timeout = t.mirror.timeout;
+      t.rank = rc.rank;
+      t.processes = rc.world_size;
+      if (rc.world_size > 1) t.mirror.comm = omt::make_communicator(options.collectives, rc);
+    }
 
     std::lock_guard<std::mutex> lock(t.model->mu);
     OMT_CHECK(!t.model->has_trainer, kInvalidArgument,
@@ -113,6 +163,8 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
     omt::NamedTensors feeds;
     for (const auto& [name, t] : inputs) feeds.set(name, to_internal(t));
     std::lock_guard<std::mutex> lock(impl_->model->mu);
+    OMT_CHECK(impl_->processes == 1, kUnsupported, "Trainer::step trains one process; in a world of ",
+              impl_->processes, " processes call fit on every rank");
     const auto shards = impl_->shard(feeds, to_internal(labels));
     return impl_->mt->step(shards, labels.dim(0), impl_->lr).loss;
   });
@@ -154,6 +206,10 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     o.trace_path = config.trace_path;
     o.mirror.trace = !config.trace_path.empty();
     o.class_names = config.class_names;
+    o.command_line = config.command_line;
+    o.check_every = config.check_every;
+    o.explain_buckets = config.explain_buckets;
+    o.compare_single = config.compare_single;
     o.stop = config.stop;
     const std::string input = t.model->model->graph.inputs.at(0).name;
     auto convert = [&](const Dataset& d) {
@@ -169,6 +225,17 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     if (validation) val = convert(*validation);
     std::ostream silent(nullptr);
     omt::FitResult r = omt::fit(t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
+    // Note [Trained result wins]: fit's compare_single run starts another trainer from
+    // o.mirror, shared store included, and trains it after r.trained was taken. The store
+    // must hold the trained model, so copy r.trained back (in place; a no-op otherwise).
+    auto& store = t.model->model->graph.initializers;
+    for (const auto& name : store.names()) {
+      omt::Tensor& slot = store.at(name);
+      if (!r.trained.graph.initializers.has(name)) continue;
+      const omt::Tensor& trained = r.trained.graph.initializers.at(name);
+      if (trained.nbytes() == slot.nbytes() && !slot.same_storage(trained))
+        std::memcpy(slot.raw(), trained.raw(), slot.nbytes());
+    }
     t.resync(r.steps_done);
 
     FitReport report;
@@ -194,6 +261,24 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     report.interrupted = r.interrupted;
     report.last_checkpoint = r.last_checkpoint;
     return report;
+  });
+}
+
+Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const {
+  return guarded([&] {
+    const Impl& t = *impl_;
+    omt::NamedTensors feeds;
+    for (const auto& [name, x] : inputs) feeds.set(name, to_internal(x));
+    std::lock_guard<std::mutex> lock(t.model->mu);
+    // A one-off plan on the store's current values: nothing it computes is written back.
+    omt::SessionOptions so;
+    so.num_threads = std::max(1, t.options.threads_per_replica);
+    omt::Trainer single(t.model->model, t.spec, so);
+    omt::NamedTensors grads;
+    Gradients out;
+    out.loss = single.gradients(feeds, to_internal(labels), &grads);
+    for (const auto& name : grads.names()) out.gradients.emplace_back(name, to_public(grads.at(name)));
+    return out;
   });
 }
 
@@ -249,6 +334,19 @@ int64_t Trainer::steps_done() const {
 }
 
 int Trainer::replicas() const { return impl_->mt->local_replicas(); }
+int Trainer::world_size() const { return impl_->processes; }
+int Trainer::rank() const { return impl_->rank; }
+
+World world_from_environment() {
+  return guarded([] {
+    const omt::RendezvousConfig rc = omt::rendezvous_from_env();
+    World w;
+    w.rank = rc.rank;
+    w.size = rc.world_size;
+    w.local_rank = rc.local_rank;
+    return w;
+  });
+}
 
 std::vector<std::string> Trainer::trainable() const {
   std::vector<std::string> out;

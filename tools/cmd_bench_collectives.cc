@@ -1,12 +1,12 @@
-// `onnx-mirror-train bench-collectives`: argument parsing only; the benchmark lives in
-// collectives/bench.{h,cc}.
+// `onnx-mirror-train bench-collectives`: argument parsing only; the benchmark is behind
+// onnx_mirror/collectives_bench.h.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
-#include "collectives/bench.h"
+#include "onnx_mirror/collectives_bench.h"
 #include "tools/commands.h"
 
 namespace omt {
@@ -49,16 +49,16 @@ void register_bench_collectives(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   tools::set_action(cmd, [args] {
-    BenchOptions options;
+    onnx_mirror::CollectivesBenchOptions options;
     options.backend = args->backend;
     options.ranks = args->ranks;
-    options.min_bytes = parse_byte_size(args->min_bytes);
-    options.max_bytes = parse_byte_size(args->max_bytes);
+    options.min_bytes = onnx_mirror::parse_byte_size(args->min_bytes);
+    options.max_bytes = onnx_mirror::parse_byte_size(args->max_bytes);
     options.iters = args->iters;
     options.warmup = args->warmup;
     options.processes = args->processes;
-    options.timeout = std::chrono::milliseconds(static_cast<long>(args->timeout_s * 1000));
-    std::fputs(format_bench_report(run_bench(options)).c_str(), stdout);
+    options.timeout_s = args->timeout_s;
+    std::fputs(onnx_mirror::run_collectives_bench(options).c_str(), stdout);
     return 0;
   });
 }

@@ -4,9 +4,9 @@
 #include <iostream>
 #include <thread>
 
-#include "graph/onnx_io.h"
-#include "runtime/data/dataset.h"
-#include "runtime/fit.h"
+#include "onnx_mirror/data.h"
+#include "onnx_mirror/errors.h"
+#include "onnx_mirror/model.h"
 #include "tools/commands.h"
 
 namespace omt::tools {
@@ -23,21 +23,26 @@ const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser",
                                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 int run_eval(const EvalArgs& a) {
-  auto model = std::make_shared<const Model>(load_onnx(a.model));
-  OMT_CHECK(model->graph.inputs.size() == 1, kInvalidArgument, "eval scores models with one input; '", a.model,
-            "' has ", model->graph.inputs.size());
-  const Dataset d = load_dataset(a.data, a.labels);
-  OMT_CHECK(d.labels.defined(), kInvalidArgument, "'", a.data, "' has no labels ('", a.labels, "')");
-  Preprocess pre;
+  using onnx_mirror::Error;
+  using onnx_mirror::ErrorKind;
+  onnx_mirror::LoadOptions lazy;  // kernels are built by evaluate, after the data loads
+  lazy.build_kernels = false;
+  onnx_mirror::Model model = onnx_mirror::Model::load(a.model, lazy);
+  const auto inputs = model.inputs();
+  if (inputs.size() != 1)
+    throw Error(ErrorKind::kInvalidArgument, "eval scores models with one input; '" + a.model + "' has " +
+                                                 std::to_string(inputs.size()));
+  const onnx_mirror::Dataset d = onnx_mirror::load_dataset(a.data, a.labels);
+  if (!d.labels.defined())
+    throw Error(ErrorKind::kInvalidArgument, "'" + a.data + "' has no labels ('" + a.labels + "')");
+  onnx_mirror::Preprocess pre;
   pre.scale = !a.no_scale;
   pre.mean = a.mean;
   pre.std = a.std;
-  const Tensor x = prepare_features(d.features, model->graph.inputs[0], pre);
-  SessionOptions so;
+  const onnx_mirror::Tensor x = model.prepare(d.features, pre);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  so.num_threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
-  Predictor predictor(model, a.replicas, so);
-  const EvalResult r = evaluate(predictor, model->graph.inputs[0].name, x, d.labels);
+  const int threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
+  const onnx_mirror::EvalResult r = model.evaluate(x, d.labels, a.replicas, 1000, threads);
   std::cout << std::fixed << std::setprecision(4) << d.source << ": " << r.samples << " samples, accuracy "
             << std::setprecision(2) << 100 * r.accuracy << "%, loss " << std::setprecision(4) << r.loss << "\n";
   std::cout << r.confusion.format(a.data.rfind("fashion-mnist", 0) == 0 ? kFashionMnistClasses

@@ -5,14 +5,18 @@
 #include <iostream>
 #include <thread>
 
-#include "graph/onnx_io.h"
-#include "runtime/data/dataset.h"
-#include "runtime/data/npy.h"
-#include "runtime/predictor.h"
+#include "onnx_mirror/arrays.h"
+#include "onnx_mirror/data.h"
+#include "onnx_mirror/model.h"
 #include "tools/commands.h"
 
 namespace omt::tools {
 namespace {
+
+using onnx_mirror::DType;
+using onnx_mirror::ErrorKind;
+using onnx_mirror::Tensor;
+using onnx_mirror::TensorList;
 
 struct PredictArgs {
   std::string model, data, output;
@@ -40,54 +44,49 @@ std::vector<int64_t> argmax_rows(const Tensor& logits) {
 }
 
 int run_predict(const PredictArgs& a) {
-  auto model = std::make_shared<const Model>(load_onnx(a.model));
-  const Graph& g = model->graph;
+  onnx_mirror::Model model = onnx_mirror::Model::load(a.model);
+  const auto inputs = model.inputs();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  SessionOptions options;
-  options.num_threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
-  Predictor predictor(model, a.replicas, options);
+  const int threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
 
-  NamedTensors feeds;
+  TensorList feeds;  // in file order
   Tensor labels;
   if (is_labelled_spec(a.data)) {
-    OMT_CHECK(g.inputs.size() == 1, kInvalidArgument, "'", a.data, "' is a labelled data set with one "
-              "feature array, but the model has ", g.inputs.size(), " inputs; pass an .npz with one "
-              "array per input instead");
-    const Dataset d = load_dataset(a.data);
-    feeds.set(g.inputs[0].name, prepare_features(d.features, g.inputs[0], Preprocess{}));
+    if (inputs.size() != 1)
+      fail(ErrorKind::kInvalidArgument, "'", a.data, "' is a labelled data set with one feature array, but the model has ",
+           inputs.size(), " inputs; pass an .npz with one array per input instead");
+    const onnx_mirror::Dataset d = onnx_mirror::load_dataset(a.data);
+    feeds.emplace_back(inputs[0].name, model.prepare(d.features, onnx_mirror::Preprocess{}));
     labels = d.labels;
   } else {
-    feeds = read_arrays(a.data);
+    feeds = onnx_mirror::read_arrays(a.data);
   }
   int64_t n = -1;
-  for (const auto& name : feeds.names()) n = feeds.at(name).rank() ? feeds.at(name).dim(0) : 1;
+  for (const auto& [name, t] : feeds) n = t.rank() ? t.dim(0) : 1;
 
   // Run in chunks of --batch samples to bound memory, then join.
   const auto start = std::chrono::steady_clock::now();
-  std::vector<NamedTensors> chunks;
+  std::vector<TensorList> chunks;
   const int64_t step = a.batch > 0 && n > 0 ? a.batch : std::max<int64_t>(n, 1);
   for (int64_t b = 0; b < std::max<int64_t>(n, 1); b += step) {
-    NamedTensors part;
-    for (const auto& name : feeds.names()) {
-      const Tensor& t = feeds.at(name);
-      part.set(name, t.rank() && n > step ? slice_rows(t, b, std::min(n, b + step)) : t);
-    }
-    chunks.push_back(predictor.run(part));
+    TensorList part;
+    for (const auto& [name, t] : feeds)
+      part.emplace_back(name, t.rank() && n > step ? t.slice_rows(b, std::min(n, b + step)) : t);
+    chunks.push_back(model.predict_in_order(part, a.replicas, threads));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  NamedTensors outputs;
-  for (const auto& name : chunks[0].names()) {
+  TensorList outputs;
+  for (size_t i = 0; i < chunks[0].size(); ++i) {
     std::vector<Tensor> parts;
-    for (auto& c : chunks) parts.push_back(c.at(name));
-    outputs.set(name, parts.size() == 1 ? parts[0] : concat_rows(parts));
+    for (auto& c : chunks) parts.push_back(c.at(i).second);
+    outputs.emplace_back(chunks[0][i].first, parts.size() == 1 ? parts[0] : onnx_mirror::concat_rows(parts));
   }
   std::cout << "predicted " << n << " samples with " << a.replicas << " replica(s) x "
-            << options.num_threads << " thread(s) in " << seconds << " s ("
+            << threads << " thread(s) in " << seconds << " s ("
             << static_cast<int64_t>(n / std::max(seconds, 1e-9)) << " samples/s)\n";
-  for (const auto& name : outputs.names())
-    std::cout << "  output '" << name << "': " << outputs.at(name).describe() << "\n";
+  for (const auto& [name, t] : outputs) std::cout << "  output '" << name << "': " << t.describe() << "\n";
   if (labels.defined()) {
-    const Tensor& logits = outputs.at(outputs.names()[0]);
+    const Tensor& logits = outputs.at(0).second;
     if (logits.dtype() == DType::kFloat32 && logits.rank() == 2) {
       const auto pred = argmax_rows(logits);
       int64_t correct = 0;
@@ -97,7 +96,7 @@ int run_predict(const PredictArgs& a) {
     }
   }
   if (!a.output.empty()) {
-    write_npz(a.output, outputs);
+    onnx_mirror::write_npz(a.output, outputs);
     std::cout << "wrote " << a.output << "\n";
   }
   return 0;

@@ -1,5 +1,5 @@
-// `grad`, `train` and `export-training-graph`: the training commands. Argument parsing and
-// batching only; the training graph and the optimizer live in graph/ and runtime/.
+// `grad`, `train` and `export-training-graph`: the training commands. Argument parsing,
+// data loading and the --nproc launcher only; training is onnx_mirror::Trainer's.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,19 +12,19 @@
 #include <iostream>
 #include <thread>
 
-#include "graph/onnx_io.h"
-#include "runtime/data/dataset.h"
-#include "runtime/data/npy.h"
-#include "runtime/predictor.h"
-#include "collectives/factory.h"
-#include "collectives/rendezvous/env.h"
-#include "runtime/fit.h"
-#include "runtime/trainer.h"
+#include "onnx_mirror/arrays.h"
+#include "onnx_mirror/data.h"
+#include "onnx_mirror/model.h"
+#include "onnx_mirror/trainer.h"
 #include "tools/commands.h"
 
 namespace omt::tools {
 char** g_argv = nullptr;
 namespace {
+
+using onnx_mirror::ErrorKind;
+using onnx_mirror::Tensor;
+using onnx_mirror::Tensors;
 
 struct TrainArgs {
   std::string model, data, output;
@@ -69,86 +69,104 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--eps", a.eps, "Adam epsilon");
 }
 
-TrainingSpec spec_of(const TrainArgs& a) {
-  TrainingSpec s;
-  s.loss = parse_loss_kind(a.loss);
-  s.output = a.model_output;
-  s.labels = a.labels;
-  s.train_regex = a.train_regex;
-  s.freeze_regex = a.freeze_regex;
-  s.optimizer.kind = parse_optimizer_kind(a.optimizer);
-  s.optimizer.momentum = a.momentum;
-  s.optimizer.dampening = a.dampening;
-  s.optimizer.nesterov = a.nesterov;
-  s.optimizer.weight_decay = a.weight_decay;
-  s.optimizer.beta1 = a.beta1;
-  s.optimizer.beta2 = a.beta2;
-  s.optimizer.epsilon = a.eps;
-  OMT_CHECK(!a.nesterov || a.momentum > 0, kInvalidArgument, "--nesterov needs --momentum > 0");
-  return s;
+onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
+  if (a.nesterov && !(a.momentum > 0)) fail(ErrorKind::kInvalidArgument, "--nesterov needs --momentum > 0");
+  onnx_mirror::TrainerOptions o;
+  o.loss = a.loss;
+  o.output = a.model_output;
+  o.labels = a.labels;
+  o.train_regex = a.train_regex;
+  o.freeze_regex = a.freeze_regex;
+  o.optimizer = a.optimizer;
+  o.lr = a.lr;
+  o.momentum = a.momentum;
+  o.dampening = a.dampening;
+  o.nesterov = a.nesterov;
+  o.weight_decay = a.weight_decay;
+  o.beta1 = a.beta1;
+  o.beta2 = a.beta2;
+  o.epsilon = a.eps;
+  o.check();
+  return o;
+}
+
+// Training and export build their own kernels; inference ones would only cost time here.
+onnx_mirror::Model load_for_training(const std::string& path) {
+  onnx_mirror::LoadOptions lazy;
+  lazy.build_kernels = false;
+  return onnx_mirror::Model::load(path, lazy);
+}
+
+std::string shape_str(const onnx_mirror::Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 // A batch source: arrays for the model inputs plus labels, all sharing dimension 0.
 struct Data {
-  NamedTensors inputs;
+  Tensors inputs;
   Tensor labels;
   int64_t size = 0;
 };
 
-Data load_training_data(const std::string& spec, const Model& model, const TrainArgs& a) {
+Data load_training_data(const std::string& spec, const onnx_mirror::Model& model, const TrainArgs& a) {
   Data d;
   const bool labelled = spec.rfind("fashion-mnist", 0) == 0 || spec.find(',') != std::string::npos;
+  const auto inputs = model.inputs();
+  onnx_mirror::TensorList arrays;  // in file order
   if (labelled) {
-    OMT_CHECK(model.graph.inputs.size() == 1, kInvalidArgument, "'", spec,
-              "' provides one feature array but the model has ", model.graph.inputs.size(), " inputs");
-    const Dataset ds = load_dataset(spec);
-    d.inputs.set(model.graph.inputs[0].name, prepare_features(ds.features, model.graph.inputs[0], Preprocess{}));
+    if (inputs.size() != 1)
+      fail(ErrorKind::kInvalidArgument, "'", spec, "' provides one feature array but the model has ", inputs.size(),
+           " inputs");
+    const onnx_mirror::Dataset ds = onnx_mirror::load_dataset(spec);
+    arrays.emplace_back(inputs[0].name, model.prepare(ds.features, onnx_mirror::Preprocess{}));
     d.labels = ds.labels;
   } else {
-    NamedTensors arrays = read_arrays(spec);
-    if (parse_loss_kind(a.loss) != LossKind::kModel) {
-      OMT_CHECK(arrays.has(a.labels), kInvalidArgument, "'", spec, "' has no label array named '", a.labels,
-                "' (--labels); its arrays are: ", [&] {
-                  std::string s;
-                  for (const auto& n : arrays.names()) s += (s.empty() ? "'" : ", '") + n + "'";
-                  return s;
-                }());
-      d.labels = arrays.at(a.labels);
-      arrays.erase(a.labels);
+    arrays = onnx_mirror::read_arrays(spec);
+    if (a.loss != "model") {
+      auto it = arrays.begin();
+      while (it != arrays.end() && it->first != a.labels) ++it;
+      if (it == arrays.end()) {
+        std::string names;
+        for (const auto& [n, t] : arrays) names += (names.empty() ? "'" : ", '") + n + "'";
+        fail(ErrorKind::kInvalidArgument, "'", spec, "' has no label array named '", a.labels,
+             "' (--labels); its arrays are: ", names);
+      }
+      d.labels = it->second;
+      arrays.erase(it);
     }
-    d.inputs = arrays;
   }
-  for (const auto& name : d.inputs.names()) {
-    const Tensor& t = d.inputs.at(name);
-    OMT_CHECK(t.rank() >= 1, kInvalidArgument, "array '", name, "' is a scalar; training data needs a batch dimension");
-    OMT_CHECK(d.size == 0 || t.dim(0) == d.size, kInvalidArgument, "array '", name, "' has ", t.dim(0),
-              " samples, other arrays have ", d.size);
+  for (const auto& [name, t] : arrays) {
+    if (t.rank() < 1)
+      fail(ErrorKind::kInvalidArgument, "array '", name, "' is a scalar; training data needs a batch dimension");
+    if (d.size != 0 && t.dim(0) != d.size)
+      fail(ErrorKind::kInvalidArgument, "array '", name, "' has ", t.dim(0), " samples, other arrays have ", d.size);
     d.size = t.dim(0);
+    d.inputs[name] = t;
   }
-  OMT_CHECK(!d.labels.defined() || (d.labels.rank() >= 1 && d.labels.dim(0) == d.size), kInvalidArgument,
-            "labels '", a.labels, "' have shape ", d.labels.defined() ? shape_str(d.labels.shape()) : "[]",
-            " but the data has ", d.size, " samples");
+  if (d.labels.defined() && !(d.labels.rank() >= 1 && d.labels.dim(0) == d.size))
+    fail(ErrorKind::kInvalidArgument, "labels '", a.labels, "' have shape ", shape_str(d.labels.shape()),
+         " but the data has ", d.size, " samples");
   return d;
 }
 
-SessionOptions session_options(const TrainArgs& a) {
-  SessionOptions o;
-  o.num_threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return o;
+int default_threads(const TrainArgs& a) {
+  return a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int run_grad(const TrainArgs& a) {
-  auto model = std::make_shared<const Model>(load_onnx(a.model));
-  TrainingSpec spec = spec_of(a);
-  Trainer trainer(model, spec, session_options(a));
-  const Data d = load_training_data(a.data, *model, a);
-  NamedTensors grads;
-  const float loss = trainer.gradients(d.inputs, d.labels, &grads);
-  NamedTensors out;
-  out.set("loss", Tensor::scalar<float>(loss));
-  for (const auto& n : grads.names()) out.set(n, grads.at(n));
-  write_npz(a.output, out);
-  std::cout << "loss " << loss << " over " << d.size << " samples; wrote " << grads.size()
+  onnx_mirror::TrainerOptions options = trainer_options(a);
+  options.threads_per_replica = default_threads(a);
+  onnx_mirror::Model model = load_for_training(a.model);
+  const onnx_mirror::Trainer trainer(model, options);
+  const Data d = load_training_data(a.data, model, a);
+  const onnx_mirror::Gradients g = trainer.gradients(d.inputs, d.labels);
+  onnx_mirror::TensorList out;
+  out.emplace_back("loss", Tensor::from_vector<float>({g.loss}, {}));
+  for (const auto& [name, t] : g.gradients) out.emplace_back(name, t);
+  onnx_mirror::write_npz(a.output, out);
+  std::cout << "loss " << g.loss << " over " << d.size << " samples; wrote " << g.gradients.size()
             << " gradients to " << a.output << "\n";
   return 0;
 }
@@ -163,7 +181,7 @@ const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser",
 // that meet through a file store in a fresh folder. Children inherit stdout/stderr.
 std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store_dir) {
   char tmpl[] = "/tmp/omt-world-XXXXXX";
-  OMT_CHECK(mkdtemp(tmpl) != nullptr, kIo, "cannot create a rendezvous folder in /tmp");
+  if (mkdtemp(tmpl) == nullptr) fail(ErrorKind::kIo, "cannot create a rendezvous folder in /tmp");
   *store_dir = tmpl;
   const std::string run_id = std::to_string(getpid());
   setenv("OMT_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
@@ -172,7 +190,7 @@ std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store
   std::vector<pid_t> children;
   for (int r = 1; r < nproc; ++r) {
     const pid_t pid = fork();
-    OMT_CHECK(pid >= 0, kIo, "cannot start process ", r, " of ", nproc);
+    if (pid < 0) fail(ErrorKind::kIo, "cannot start process ", r, " of ", nproc);
     if (pid == 0) {
       setenv("OMT_RANK", std::to_string(r).c_str(), 1);
       setenv("OMT_LOCAL_RANK", std::to_string(r).c_str(), 1);
@@ -187,53 +205,53 @@ std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store
 }
 
 int run_train(const TrainArgs& a, char** argv) {
-  OMT_CHECK(a.global_batch >= 1, kInvalidArgument, "--global-batch must be at least 1");
-  OMT_CHECK(a.replicas >= 1, kInvalidArgument, "--replicas must be at least 1");
-  OMT_CHECK(a.device == "cpu", kUnsupported, "--device ", a.device,
-            ": this build trains on the CPU only; the CUDA backend is not available yet");
+  if (a.global_batch < 1) fail(ErrorKind::kInvalidArgument, "--global-batch must be at least 1");
+  if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
+  if (a.device != "cpu")
+    fail(ErrorKind::kUnsupported, "--device ", a.device,
+         ": this build trains on the CPU only; the CUDA backend is not available yet");
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
   std::vector<pid_t> children;
   std::string store_dir;
   if (a.nproc > 1 && !child) children = launch_local_world(a.nproc, argv, &store_dir);
 
-  FitOptions o;
-  o.spec = spec_of(a);
-  RendezvousConfig rc = rendezvous_from_env();
-  rc.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
-  if (rc.world_size > 1) o.mirror.comm = make_communicator(a.collectives, rc);
-  const bool leader = rc.rank == 0;
+  onnx_mirror::TrainerOptions options = trainer_options(a);
+  const onnx_mirror::World world = onnx_mirror::world_from_environment();
+  options.join_world = true;
+  options.collectives = a.collectives;
+  options.timeout_s = a.timeout_s;
+  const bool leader = world.rank == 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int procs_here = std::max(1, child ? rc.world_size : a.nproc);
-  o.mirror.replicas = a.replicas;
-  o.mirror.threads_per_replica = a.threads > 0 ? a.threads : std::max(1, cores / (a.replicas * procs_here));
-  o.mirror.bucket_cap_bytes = static_cast<int64_t>(a.bucket_cap_mb * 1048576);
-  o.mirror.first_bucket_bytes = static_cast<int64_t>(a.first_bucket_mb * 1048576);
-  o.mirror.overlap = !a.no_overlap;
-  o.mirror.timeout = rc.timeout;
-  o.mirror.trace = !a.trace.empty();
-  o.epochs = a.epochs;
-  o.max_steps = a.steps;
-  o.global_batch = a.global_batch;
-  o.lr = a.lr;
-  o.lr_schedule = a.lr_schedule;
-  o.warmup_steps = a.warmup_steps;
-  o.seed = a.seed;
-  o.shuffle = !a.no_shuffle;
-  o.preprocess.scale = !a.no_scale;
-  o.preprocess.mean = a.mean;
-  o.preprocess.std = a.std;
-  o.checkpoint_dir = a.checkpoint_dir;
-  o.checkpoint_every = a.checkpoint_every;
-  o.keep_checkpoints = a.keep_checkpoints;
-  o.resume = a.resume;
-  o.metrics_path = leader ? a.metrics : "";
-  o.report_path = leader ? a.report : "";
-  o.trace_path = a.trace;
-  o.check_every = a.check_every;
-  o.compare_single = a.compare_single;
-  o.explain_buckets = a.explain_buckets;
-  for (char** p = argv; *p; ++p) o.command_line += std::string(p == argv ? "" : " ") + *p;
-  o.stop = &g_stop;
+  const int procs_here = std::max(1, child ? world.size : a.nproc);
+  options.replicas = a.replicas;
+  options.threads_per_replica = a.threads > 0 ? a.threads : std::max(1, cores / (a.replicas * procs_here));
+  options.bucket_cap_bytes = static_cast<int64_t>(a.bucket_cap_mb * 1048576);
+  options.first_bucket_bytes = static_cast<int64_t>(a.first_bucket_mb * 1048576);
+  options.overlap = !a.no_overlap;
+  onnx_mirror::FitConfig config;
+  config.epochs = a.epochs;
+  config.max_steps = a.steps;
+  config.batch = a.global_batch;
+  config.lr_schedule = a.lr_schedule;
+  config.warmup_steps = a.warmup_steps;
+  config.seed = a.seed;
+  config.shuffle = !a.no_shuffle;
+  config.preprocess.scale = !a.no_scale;
+  config.preprocess.mean = a.mean;
+  config.preprocess.std = a.std;
+  config.checkpoint_dir = a.checkpoint_dir;
+  config.checkpoint_every = a.checkpoint_every;
+  config.keep_checkpoints = a.keep_checkpoints;
+  config.resume = a.resume;
+  config.metrics_path = a.metrics;  // fit writes the files on rank 0 only
+  config.report_path = a.report;
+  config.trace_path = a.trace;
+  config.check_every = a.check_every;
+  config.compare_single = a.compare_single;
+  config.explain_buckets = a.explain_buckets;
+  for (char** p = argv; *p; ++p) config.command_line += std::string(p == argv ? "" : " ") + *p;
+  config.stop = &g_stop;
+  config.log = &std::cout;  // fit logs on rank 0 only
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
@@ -241,23 +259,29 @@ int run_train(const TrainArgs& a, char** argv) {
     // Fail before training, not after it, when the trained model could not be written.
     const auto slash = a.output.find_last_of('/');
     const std::string dir = slash == std::string::npos ? "." : a.output.substr(0, std::max<size_t>(slash, 1));
-    OMT_CHECK(access(dir.c_str(), W_OK) == 0, kIo, "cannot write --output '", a.output, "': folder '", dir,
-              "' ", access(dir.c_str(), F_OK) == 0 ? "is not writable" : "does not exist",
-              ". Create it or choose another path.");
+    if (access(dir.c_str(), W_OK) != 0)
+      fail(ErrorKind::kIo, "cannot write --output '", a.output, "': folder '", dir, "' ",
+           access(dir.c_str(), F_OK) == 0 ? "is not writable" : "does not exist", ". Create it or choose another path.");
   }
-  auto model = std::make_shared<const Model>(load_onnx(a.model));
-  const Dataset train = load_dataset(a.data, a.labels);
-  std::unique_ptr<Dataset> val;
-  if (!a.val.empty()) val = std::make_unique<Dataset>(load_dataset(a.val, a.labels));
+  onnx_mirror::Model model = load_for_training(a.model);
+  const onnx_mirror::Dataset train = onnx_mirror::load_dataset(a.data, a.labels);
+  std::unique_ptr<onnx_mirror::Dataset> val;
+  if (!a.val.empty()) val = std::make_unique<onnx_mirror::Dataset>(onnx_mirror::load_dataset(a.val, a.labels));
   else if (a.data == "fashion-mnist" || a.data == "fashion-mnist:train")
-    val = std::make_unique<Dataset>(load_dataset("fashion-mnist:test"));
-  if (a.data.rfind("fashion-mnist", 0) == 0) o.class_names = kFashionMnistClasses;
+    val = std::make_unique<onnx_mirror::Dataset>(onnx_mirror::load_dataset("fashion-mnist:test"));
+  if (a.data.rfind("fashion-mnist", 0) == 0) config.class_names = kFashionMnistClasses;
   if (leader && val) std::cout << "validating on " << val->source << " (" << val->size() << " samples)\n";
 
-  std::ostringstream quiet;
-  const FitResult r = fit(model, train, val.get(), o, leader ? static_cast<std::ostream&>(std::cout) : quiet);
+  // Data that does not fit the model is reported before the model's own problems (as fit
+  // checks it first): one sample of each set through the preprocessing.
+  if (model.inputs().size() == 1) {
+    model.prepare(train.features.slice_rows(0, std::min<int64_t>(train.size(), 1)), config.preprocess);
+    if (val) model.prepare(val->features.slice_rows(0, std::min<int64_t>(val->size(), 1)), config.preprocess);
+  }
+  onnx_mirror::Trainer trainer(model, options);
+  const onnx_mirror::FitReport r = trainer.fit(train, val.get(), config);
   if (leader && !a.output.empty()) {
-    save_onnx(r.trained, a.output);
+    model.save(a.output);
     std::cout << "wrote " << a.output << "\n";
   }
   int status = r.interrupted ? 130 : 0;
@@ -275,12 +299,11 @@ int run_train(const TrainArgs& a, char** argv) {
 }
 
 int run_export(const TrainArgs& a) {
-  const Model model = load_onnx(a.model);
-  const TrainingGraph tg = build_training_graph(model, spec_of(a));
-  save_onnx(tg.model, a.output);
-  std::cout << "wrote the training step of '" << a.model << "' (" << tg.model.graph.nodes.size()
-            << " nodes: forward, " << loss_kind_name(parse_loss_kind(a.loss)) << " loss, backward, "
-            << a.optimizer << " update) to " << a.output << "\n";
+  onnx_mirror::TrainerOptions options = trainer_options(a);
+  const onnx_mirror::Model model = load_for_training(a.model);
+  const onnx_mirror::TrainingGraphSummary tg = onnx_mirror::Trainer::export_training_graph(model, options, a.output);
+  std::cout << "wrote the training step of '" << a.model << "' (" << tg.nodes << " nodes: forward, " << tg.loss
+            << " loss, backward, " << a.optimizer << " update) to " << a.output << "\n";
   return 0;
 }
 

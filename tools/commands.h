@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <sstream>
+
+#include "onnx_mirror/errors.h"
 
 namespace omt::tools {
 
@@ -12,6 +15,15 @@ void register_inspect(CLI::App& app);
 void register_predict(CLI::App& app);
 void register_train(CLI::App& app);  // grad, train, export-training-graph
 void register_eval(CLI::App& app);
+
+// Throws onnx_mirror::Error(kind) with the parts streamed together (main.cc turns the kind
+// into the exit code).
+template <class... Parts>
+[[noreturn]] void fail(onnx_mirror::ErrorKind kind, const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  throw onnx_mirror::Error(kind, os.str());
+}
 
 // The process's argv (for --nproc, which starts copies of this process).
 extern char** g_argv;

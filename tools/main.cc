@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "common/error.h"
+#include "onnx_mirror/errors.h"
 #include "tools/commands.h"
 
 namespace omt {
@@ -14,14 +14,15 @@ void register_bench_collectives(CLI::App& app);  // tools/cmd_bench_collectives.
 
 namespace {
 
-int exit_code(omt::ErrorKind kind) {
+int exit_code(onnx_mirror::ErrorKind kind) {
+  using onnx_mirror::ErrorKind;
   switch (kind) {
-    case omt::ErrorKind::kInvalidArgument: return 2;
-    case omt::ErrorKind::kModel: return 3;
-    case omt::ErrorKind::kUnsupported: return 4;
-    case omt::ErrorKind::kIo: return 5;
-    case omt::ErrorKind::kCommunication: return 6;
-    case omt::ErrorKind::kInternal: return 70;
+    case ErrorKind::kInvalidArgument: return 2;
+    case ErrorKind::kModel: return 3;
+    case ErrorKind::kUnsupported: return 4;
+    case ErrorKind::kIo: return 5;
+    case ErrorKind::kCommunication: return 6;
+    case ErrorKind::kInternal: return 70;
   }
   return 1;
 }
@@ -42,8 +43,8 @@ int main(int argc, char** argv) {
     return omt::tools::run_selected(app);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const omt::Error& e) {
-    std::cerr << "onnx-mirror-train: " << omt::error_kind_name(e.kind()) << ": " << e.what() << "\n";
+  } catch (const onnx_mirror::Error& e) {
+    std::cerr << "onnx-mirror-train: " << onnx_mirror::error_kind_name(e.kind()) << ": " << e.what() << "\n";
     return exit_code(e.kind());
   } catch (const std::exception& e) {
     std::cerr << "onnx-mirror-train: internal error: " << e.what() << "\n";

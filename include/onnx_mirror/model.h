@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "onnx_mirror/arrays.h"
 #include "onnx_mirror/data.h"
+#include "onnx_mirror/metrics.h"
 #include "onnx_mirror/tensor.h"
 
 namespace onnx_mirror {
@@ -23,19 +25,30 @@ struct ValueSpec {
   Shape shape;
 };
 
+// When the first output is not class logits (float32 [N, C]), loss is NaN, accuracy 0 and
+// the confusion matrix empty.
 struct EvalResult {
   double loss = 0;      // mean softmax cross-entropy of the first output (the logits)
   double accuracy = 0;  // fraction of argmax predictions equal to the label
   int64_t samples = 0;
+  ConfusionMatrix confusion;  // true class x predicted class
 };
 
 class Trainer;
 
+struct LoadOptions {
+  // Build the inference kernels at load, so every op without a CPU kernel is reported there,
+  // all at once (kUnsupported). false defers that to the first predict or evaluate: for a
+  // model that is only trained or exported.
+  bool build_kernels = true;
+};
+
 class Model {
  public:
   // Loads an ONNX file (converted to opset 17). Errors: kIo (cannot read), kModel (not ONNX,
-  // fails the checker), kUnsupported (ops without a CPU kernel, all listed at once).
-  static Model load(const std::string& path);
+  // fails the checker), kUnsupported (ops without a CPU kernel, all listed at once; see
+  // LoadOptions).
+  static Model load(const std::string& path, const LoadOptions& options = {});
 
   // A Model is a move-only handle; a Trainer keeps the parameter store alive on its own.
   Model(Model&&) noexcept;
@@ -54,13 +67,17 @@ class Model {
   // Errors: kInvalidArgument (missing input, wrong dtype or shape, inputs with different
   // batch sizes), naming the input and the fix.
   Tensors predict(const Tensors& inputs, int replicas = 1, int threads_per_replica = 1);
+  // The same with inputs and outputs in order: inputs are checked in the order given (the
+  // first unknown name is the one reported), outputs come in the graph's order.
+  TensorList predict_in_order(const TensorList& inputs, int replicas = 1, int threads_per_replica = 1);
   // The single-input form: feeds the model's first input, returns its first output.
   Tensor predict(const Tensor& input, int replicas = 1, int threads_per_replica = 1);
 
   // predict over `features` in chunks, scoring the first output (class logits [N, C])
-  // against int64 `labels`. Every sample counts once.
+  // against int64 `labels`. Every sample counts once. threads_per_replica 0 keeps the
+  // threads of the last predict (1 at first). kInvalidArgument for a label outside [0, C).
   EvalResult evaluate(const Tensor& features, const Tensor& labels, int replicas = 1,
-                      int64_t chunk = 1000);
+                      int64_t chunk = 1000, int threads_per_replica = 0);
 
   // Raw features (e.g. uint8 images [N,28,28]) converted to the first input's dtype and
   // shape ([N,1,28,28] float, scaled and normalised). kInvalidArgument when the element

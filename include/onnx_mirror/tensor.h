@@ -94,6 +94,10 @@ class Tensor {
 // Named arrays: model inputs and outputs by graph value name.
 using Tensors = std::map<std::string, Tensor>;
 
+// Joins tensors along dimension 0 (same dtype, same trailing dimensions) into fresh memory.
+// kInvalidArgument when they disagree or `parts` is empty.
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
 template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, Shape shape) {
   Tensor t = zeros(DTypeOf<T>::value, std::move(shape));

@@ -12,18 +12,32 @@
 #include <string>
 #include <vector>
 
+#include "onnx_mirror/arrays.h"
 #include "onnx_mirror/data.h"
 #include "onnx_mirror/model.h"
 #include "onnx_mirror/tensor.h"
 
 namespace onnx_mirror {
 
+// The world of processes this one belongs to, as a launcher describes it in the environment:
+// OMT_RANK, OMT_WORLD_SIZE, OMT_LOCAL_RANK (and OMT_STORE, OMT_RUN_ID, where the ranks
+// meet). Without them, a world of one. Reads the environment only; connects to nothing.
+// Errors: kInvalidArgument for malformed variables, naming them.
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+};
+World world_from_environment();
+
 struct TrainerOptions {
   std::string loss = "softmax_cross_entropy";  // nll, mse, bce_with_logits, model
   std::string output;          // model output the loss reads; "" = the first output
+  std::string labels = "labels";  // the labels' name in the training graph (not an input's)
   std::string optimizer = "sgd";  // sgd, adam, adamw
   float lr = 0.01f;
   float momentum = 0.0f;       // sgd
+  float dampening = 0.0f;      // sgd
   bool nesterov = false;       // sgd
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // adam, adamw
@@ -34,6 +48,20 @@ struct TrainerOptions {
   int64_t bucket_cap_bytes = 25 << 20;   // all-reduce bucket size cap
   int64_t first_bucket_bytes = 1 << 20;  // the small first bucket
   bool overlap = true;         // all-reduce buckets while backward goes on
+  std::string device = "cpu";  // kernels' device; this build trains on "cpu" only
+  // Several processes: with join_world the constructor joins world_from_environment()
+  // through `collectives` ("gloo" or "nccl"), blocking until every rank has arrived. Every
+  // process then builds its Trainer and calls fit with the same options; replicas counts
+  // the replicas of each process. A collective that waits longer than timeout_s (a dead or
+  // silent peer) fails with kCommunication on every surviving rank.
+  bool join_world = false;
+  std::string collectives = "gloo";
+  double timeout_s = 60;
+
+  // Raises what the Trainer constructor would about these options alone, without a model:
+  // kInvalidArgument (unknown loss or optimizer, replicas < 1, lr negative or not finite),
+  // kUnsupported (a device other than "cpu").
+  void check() const;
 };
 
 // Options of fit(); the learning rate and optimizer come from the Trainer.
@@ -51,9 +79,28 @@ struct FitConfig {
   int keep_checkpoints = 3;
   std::string resume;          // checkpoint dir or file to continue from
   std::string metrics_path, report_path, trace_path;  // JSONL metrics, HTML report, trace
-  std::vector<std::string> class_names;
-  std::ostream* log = nullptr; // progress lines; null = silent
+  std::vector<std::string> class_names;  // label the confusion matrix and the report
+  std::string command_line;    // shown in the report
+  int64_t check_every = 0;     // > 0: compare parameter checksums across replicas every K steps
+  bool explain_buckets = false;  // log the gradient bucket plan first
+  bool compare_single = false;   // afterwards, time a short 1-replica run for the speed-up
+  // Progress lines and the final summary; null = silent. In a world of several processes
+  // only rank 0 writes the log and the metrics, report and trace files; other ranks leave
+  // them alone, so every rank may pass the same config.
+  std::ostream* log = nullptr;
   const std::atomic<bool>* stop = nullptr;  // set it (e.g. from a signal) to checkpoint and return
+};
+
+// Trainer::gradients: the loss and d(loss)/d(parameter) for every trained parameter.
+struct Gradients {
+  float loss = 0;
+  TensorList gradients;  // by parameter name, in the order the backward pass yields them
+};
+
+// Trainer::export_training_graph: what was written.
+struct TrainingGraphSummary {
+  int64_t nodes = 0;  // forward, loss, backward and optimizer update
+  std::string loss;   // the loss's canonical name ("softmax_cross_entropy", ...)
 };
 
 struct EpochReport {
@@ -74,9 +121,11 @@ struct FitReport {
 
 class Trainer {
  public:
-  // Builds the training graph and the replicas on `model`'s parameters. Errors:
-  // kInvalidArgument (unknown loss/optimizer, a regex that selects nothing, the model already
-  // has a Trainer), kUnsupported (ops without gradient rules, all listed at once).
+  // Builds the training graph and the replicas on `model`'s parameters (joining the world
+  // first with options.join_world). Errors: kInvalidArgument (unknown loss/optimizer, a regex
+  // that selects nothing, the model already has a Trainer), kUnsupported (ops without
+  // gradient rules, all listed at once; a device other than "cpu"), kCommunication (the
+  // world could not be joined).
   Trainer(Model& model, const TrainerOptions& options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -84,7 +133,8 @@ class Trainer {
 
   // One synchronous step on a global batch (dimension 0 of every input and of labels), split
   // across the replicas. Returns the mean loss over the batch. Blocks until every replica has
-  // updated; the model's parameters hold the result when it returns.
+  // updated; the model's parameters hold the result when it returns. In a world of several
+  // processes use fit (kUnsupported here).
   double step(const Tensors& inputs, const Tensor& labels);
   double step(const Tensor& input, const Tensor& labels);  // the model's first input
 
@@ -92,6 +142,19 @@ class Trainer {
   // schedules, metrics and checkpoints. Holds the model's lock until it returns. Afterwards
   // step() continues from the trained parameters with fresh optimizer state.
   FitReport fit(const Dataset& train, const Dataset* validation, const FitConfig& config);
+
+  // Loss and gradients of every trained parameter on one batch (all of it on one replica),
+  // updating nothing: no parameter, optimizer state or step count changes. labels may be
+  // undefined for loss "model". Errors: kInvalidArgument (missing input, labels of the wrong
+  // dtype or shape), naming the array.
+  Gradients gradients(const Tensors& inputs, const Tensor& labels) const;
+
+  // Writes the whole training step of `model` under `options` (forward, loss, backward,
+  // optimizer update) as one ONNX model that passes ONNX's checker. Builds no kernels or
+  // replicas and needs no Trainer. Errors: those of the constructor about the options and
+  // the gradient rules, kIo, kModel.
+  static TrainingGraphSummary export_training_graph(const Model& model, const TrainerOptions& options,
+                                                    const std::string& path);
 
   // The model's evaluate with this trainer's replica count.
   EvalResult evaluate(const Tensor& features, const Tensor& labels, int64_t chunk = 1000);
@@ -106,7 +169,9 @@ class Trainer {
   float lr() const;
   void set_lr(float lr);
   int64_t steps_done() const;
-  int replicas() const;
+  int replicas() const;         // local replicas of this process
+  int world_size() const;       // processes in the world (1 without join_world)
+  int rank() const;             // this process's rank in it
   std::vector<std::string> trainable() const;  // parameters this trainer updates
   std::vector<std::string> frozen() const;     // float weights it keeps fixed
 

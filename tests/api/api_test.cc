@@ -3,6 +3,7 @@
 // bit-identical, two models in one process never interfere, and every error is typed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -222,6 +223,90 @@ TEST(ApiTest, ErrorsAreTyped) {
   EXPECT_EQ(kind_of([&] { first.step(images(4, 0), labels(3)); }), ErrorKind::kInvalidArgument);
   EXPECT_EQ(kind_of([&] { first.resume(dir + "/no-checkpoint"); }), ErrorKind::kIo);
   std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+// The entry points onnx-mirror-train uses: gradients without an update, the exported
+// training graph, npz round trips, model descriptions, evaluation with a confusion matrix.
+TEST(ApiTest, GradientsUpdateNothing) {
+  Model model = Model::load(source("models/mlp.onnx"));
+  Trainer trainer(model);
+  const Tensor x = images(8, 3);
+  const Tensor before = model.predict(x);
+  const onnx_mirror::Gradients g = trainer.gradients({{"input", x}}, labels(8));
+  EXPECT_TRUE(std::isfinite(g.loss));
+  ASSERT_EQ(g.gradients.size(), trainer.trainable().size());
+  const std::vector<std::string> names = trainer.trainable();
+  for (size_t i = 0; i < g.gradients.size(); ++i) {
+    EXPECT_NE(std::find(names.begin(), names.end(), g.gradients[i].first), names.end());
+    EXPECT_EQ(g.gradients[i].second.shape(), model.parameter(g.gradients[i].first).shape());
+  }
+  EXPECT_TRUE(same_bits(before, model.predict(x)));
+  EXPECT_EQ(trainer.steps_done(), 0);
+  EXPECT_EQ(trainer.world_size(), 1);
+  EXPECT_EQ(trainer.rank(), 0);
+
+  const std::string dir = temp_dir();
+  const onnx_mirror::TrainingGraphSummary tg =
+      Trainer::export_training_graph(model, TrainerOptions{}, dir + "/train.onnx");
+  EXPECT_GT(tg.nodes, 0);
+  EXPECT_EQ(tg.loss, "softmax_cross_entropy");
+  EXPECT_GT(onnx_mirror::ModelInfo::read(dir + "/train.onnx").node_count, tg.nodes / 2);
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(ApiTest, OptionsAreCheckedWithoutAModel) {
+  TrainerOptions o;
+  o.check();
+  o.optimizer = "rmsprop";
+  EXPECT_EQ(kind_of([&] { o.check(); }), ErrorKind::kInvalidArgument);
+  o.optimizer = "adam";
+  o.device = "tpu";
+  EXPECT_EQ(kind_of([&] { o.check(); }), ErrorKind::kUnsupported);
+  // A model loaded without kernels still trains; predict builds them on first use.
+  onnx_mirror::LoadOptions lazy;
+  lazy.build_kernels = false;
+  Model model = Model::load(source("models/mlp.onnx"), lazy);
+  EXPECT_EQ(model.predict(images(3, 1)).shape(), (onnx_mirror::Shape{3, 10}));
+}
+
+TEST(ApiTest, ArraysRoundTripInOrder) {
+  const std::string dir = temp_dir();
+  const onnx_mirror::TensorList arrays = {{"zeta", labels(5)}, {"alpha", images(2, 1)}};
+  onnx_mirror::write_npz(dir + "/a.npz", arrays);
+  const onnx_mirror::TensorList back = onnx_mirror::read_arrays(dir + "/a.npz");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].first, "zeta");
+  EXPECT_TRUE(same_bits(back[0].second, arrays[0].second));
+  EXPECT_TRUE(same_bits(back[1].second, arrays[1].second));
+  EXPECT_EQ(kind_of([&] { onnx_mirror::read_arrays(dir + "/none.npz"); }), ErrorKind::kIo);
+  EXPECT_EQ(kind_of([&] { onnx_mirror::write_npz(dir + "/d.npz", {{"a", labels(1)}, {"a", labels(1)}}); }),
+            ErrorKind::kInvalidArgument);
+  const Tensor joined = onnx_mirror::concat_rows({labels(2), labels(3)});
+  EXPECT_EQ(joined.shape(), (onnx_mirror::Shape{5}));
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(ApiTest, ModelInfoDescribesWithoutKernels) {
+  const onnx_mirror::ModelInfo info = onnx_mirror::ModelInfo::read(source("tests/data/unsupported_det.onnx"));
+  EXPECT_FALSE(info.unsupported_ops("cpu").empty());
+  const onnx_mirror::ModelInfo mlp = onnx_mirror::ModelInfo::read(source("models/mlp.onnx"));
+  EXPECT_EQ(mlp.inputs.at(0).name, "input");
+  EXPECT_EQ(mlp.inputs.at(0).dtype, "float32");
+  EXPECT_FALSE(mlp.trainable.empty());
+  EXPECT_TRUE(mlp.unsupported_ops().empty());
+  EXPECT_EQ(kind_of([] { onnx_mirror::ModelInfo::read("/nonexistent/m.onnx"); }), ErrorKind::kIo);
+}
+
+TEST(ApiTest, EvaluateFillsTheConfusionMatrix) {
+  Model model = Model::load(source("models/mlp.onnx"));
+  const onnx_mirror::EvalResult r = model.evaluate(images(20, 4), labels(20), 2, 7, 1);
+  EXPECT_EQ(r.samples, 20);
+  EXPECT_EQ(r.confusion.num_classes(), 10);
+  EXPECT_EQ(r.confusion.total(), 20);
+  EXPECT_DOUBLE_EQ(r.confusion.accuracy(), r.accuracy);
+  EXPECT_NE(r.confusion.format().find("confusion matrix"), std::string::npos);
+  EXPECT_EQ(onnx_mirror::parse_byte_size("4K"), 4096);
+  EXPECT_EQ(kind_of([] { onnx_mirror::parse_byte_size("lots"); }), ErrorKind::kInvalidArgument);
 }
 
 }  // namespace
