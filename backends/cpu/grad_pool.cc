@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include <algorithm>
+
 #include "backends/cpu/cpu_backend.h"
 
 namespace omt::cpu {
@@ -179,7 +181,16 @@ void check_dy(const KernelInfo& info, const Tensor& dy, const Shape& out) {
 // MaxPoolGrad(dY, X) -> dX.
 class MaxPoolGradKernel : public OpKernel {
  public:
-  explicit MaxPoolGradKernel(const KernelInfo& info) : info_(info), windows_(info, true) {}
+  explicit MaxPoolGradKernel(const KernelInfo& info) : info_(info), windows_(info, true) {
+    const AttributeMap& a = info.attr();
+    const auto pads = a.get_ints("pads", {0, 0, 0, 0});
+    const std::string auto_pad = a.get_string("auto_pad", "NOTSET");
+    fast_2x2_ = a.get_ints("kernel_shape") == std::vector<int64_t>{2, 2} &&
+                a.get_ints("strides", {1, 1}) == std::vector<int64_t>{2, 2} &&
+                a.get_ints("dilations", {1, 1}) == std::vector<int64_t>{1, 1} &&
+                std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
+                a.get_int("ceil_mode", 0) == 0 && (auto_pad == "NOTSET" || auto_pad == "VALID");
+  }
 
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
@@ -190,13 +201,55 @@ class MaxPoolGradKernel : public OpKernel {
     OMT_CHECK(dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ", dy.describe(), " and X ",
               x.describe(), " differ in dtype");
     Tensor& dx = ctx.output(0, x.dtype(), x.shape());
+    if (fast_2x2_ && x.dtype() == DType::kFloat32 && x.rank() == 4) {
+      max_pool_grad_2x2(x, dy, dx);
+      return;
+    }
     OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()),
                        max_pool_grad<T>(g, x.dim(0) * x.dim(1), x.data<T>(), dy.data<T>(), dx.data<T>()));
   }
 
  private:
+  // The CNN case (2x2 windows, stride 2, no padding): one pass that writes every element of
+  // dX once, routing each window's gradient to its first maximum (NaN counts as maximal).
+  static void max_pool_grad_2x2(const Tensor& x, const Tensor& dy, Tensor& dx) {
+    const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
+    const int64_t oh = h / 2, ow = w / 2;
+    const float* px = x.data<float>();
+    const float* pg = dy.data<float>();
+    float* pd = dx.data<float>();
+    auto greater = [](float v, float best) { return v > best || (std::isnan(v) && !std::isnan(best)); };
+    for (int64_t p = 0; p < planes; ++p) {
+      const float* xp = px + p * h * w;
+      const float* gp = pg + p * oh * ow;
+      float* dp = pd + p * h * w;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const float* r0 = xp + 2 * oy * w;
+        const float* r1 = r0 + w;
+        float* d0 = dp + 2 * oy * w;
+        float* d1 = d0 + w;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t c = 2 * ox;
+          int k = 0;
+          float best = r0[c];
+          if (greater(r0[c + 1], best)) { best = r0[c + 1]; k = 1; }
+          if (greater(r1[c], best)) { best = r1[c]; k = 2; }
+          if (greater(r1[c + 1], best)) k = 3;
+          const float gv = gp[oy * ow + ox];
+          d0[c] = k == 0 ? gv : 0.0f;
+          d0[c + 1] = k == 1 ? gv : 0.0f;
+          d1[c] = k == 2 ? gv : 0.0f;
+          d1[c + 1] = k == 3 ? gv : 0.0f;
+        }
+        if (w % 2) d0[w - 1] = d1[w - 1] = 0.0f;
+      }
+      if (h % 2) std::fill(dp + (h - 1) * w, dp + h * w, 0.0f);
+    }
+  }
+
   KernelInfo info_;
   PoolWindows windows_;
+  bool fast_2x2_ = false;
 };
 
 // AveragePoolGrad(dY, shape of X) -> dX.

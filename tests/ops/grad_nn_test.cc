@@ -179,6 +179,12 @@ TEST(GradNnPool, MaxPool2x2) {
                          300);
 }
 
+TEST(GradNnPool, MaxPool2x2OddSizesTakeTheFastPathToo) {
+  expect_gradients_match(check("MaxPool", {distinct_tensor({2, 3, 5, 7}, 11)}, {0},
+                               attrs_of({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})),
+                         310);
+}
+
 TEST(GradNnPool, MaxPoolPadsCeilModeDilationsOverlap) {
   GradCheck c = check("MaxPool", {distinct_tensor({1, 2, 7, 6}, 2)}, {0},
                       attrs_of({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}},
