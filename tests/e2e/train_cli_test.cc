@@ -250,3 +250,40 @@ TEST(TrainCli, ADeadProcessStopsTheOthersWithinTheDeadline) {
 
 }  // namespace
 }  // namespace omt
+
+namespace omt {
+namespace {
+
+TEST(TrainCli, CtrlCWritesACheckpointAndExitsCleanly) {
+  test::TempDir dir;
+  const std::string train = write_slice(dir, "train.npz", "train", 2048);
+  const std::string cmd = test::tool_path() + " train " + source_path("models/mlp.onnx") + " --data " + train +
+                          " --epochs 1000 --global-batch 64 --replicas 2 --checkpoint-dir " + dir.file("ck") + " > " +
+                          dir.file("log.txt") + " 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 300 && (!file_exists(dir.file("log.txt")) ||
+                              read_file_bytes(dir.file("log.txt")).find("training ") == std::string::npos);
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string log = read_file_bytes(dir.file("log.txt"));
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << log;
+  EXPECT_NE(log.find("interrupted at step"), std::string::npos) << log;
+  EXPECT_TRUE(file_exists(dir.file("ck/latest"))) << log;
+  // The checkpoint resumes.
+  const auto resumed = run_tool("train " + source_path("models/mlp.onnx") + " --data " + train +
+                                " --epochs 1 --steps 5 --global-batch 64 --replicas 2 --resume " + dir.file("ck"));
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+}
+
+}  // namespace
+}  // namespace omt
