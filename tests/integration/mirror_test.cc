@@ -125,3 +125,46 @@ INSTANTIATE_TEST_SUITE_P(Models, Mirroring,
 
 }  // namespace
 }  // namespace omt
+
+namespace omt {
+namespace {
+
+// A replica whose parameters drift is caught by the consistency check on every process,
+// with the parameter and the ranks named.
+TEST(Mirroring, DivergedReplicasAreNamed) {
+  auto model = std::make_shared<const Model>(load_onnx(test::source_path("tests/reference/mlp_op17.onnx")));
+  TrainingSpec spec;
+  std::shared_ptr<Store> store = make_in_process_store();
+  std::vector<std::string> errors(2);
+  auto run_process = [&](int p) {
+    RendezvousConfig rc;
+    rc.rank = p;
+    rc.world_size = 2;
+    rc.store = store;
+    rc.timeout = std::chrono::seconds(20);
+    MirrorOptions mo;
+    mo.comm = make_communicator("gloo", rc);
+    MirroredTrainer trainer(model, spec, mo);
+    if (p == 1) {
+      NamedTensors params = trainer.parameters();
+      params.at("fc2.bias") = params.at("fc2.bias").clone();
+      params.at("fc2.bias").data<float>()[0] += 1e-3f;
+      trainer.load(params, trainer.state(), trainer.steps_done());
+    }
+    try {
+      trainer.check_consistency();
+    } catch (const Error& e) {
+      errors[p] = e.what();
+    }
+  };
+  std::thread other(run_process, 1);
+  run_process(0);
+  other.join();
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_NE(errors[p].find("'fc2.bias'"), std::string::npos) << "process " << p << ": " << errors[p];
+    EXPECT_NE(errors[p].find("process 1"), std::string::npos) << "process " << p << ": " << errors[p];
+  }
+}
+
+}  // namespace
+}  // namespace omt
