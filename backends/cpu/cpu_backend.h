@@ -77,6 +77,29 @@ void for_each_broadcast(const Shape& out_shape, const std::vector<Shape>& in_sha
   }
 }
 
+// float16/bfloat16 kernels widen to float32, compute, and narrow back (round to nearest even).
+inline bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+Tensor widen_half(const Tensor& t);
+void narrow_half(const Tensor& f, Tensor& out);
+
+// Calls f(T{}) with T the C++ type of a numeric dtype; returns false for other dtypes.
+template <class F>
+bool visit_numeric(DType d, F&& f) {
+  switch (d) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    case DType::kInt8: return f(int8_t{});
+    case DType::kInt16: return f(int16_t{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kInt64: return f(int64_t{});
+    case DType::kUInt8: return f(uint8_t{});
+    case DType::kUInt16: return f(uint16_t{});
+    case DType::kUInt32: return f(uint32_t{});
+    case DType::kUInt64: return f(uint64_t{});
+    default: return false;
+  }
+}
+
 // Unsupported-dtype error for a kernel: names the op, node and dtype.
 [[noreturn]] void unsupported_dtype(const KernelInfo& info, DType dtype);
 

@@ -46,8 +46,6 @@ bool visit_dtype(DType d, F&& f) {
   }
 }
 
-bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
-
 Tensor widen_half(const Tensor& t) {
   if (!is_half(t.dtype())) return t;
   Tensor f = Tensor::empty(DType::kFloat32, t.shape());
@@ -61,18 +59,6 @@ Tensor widen_half(const Tensor& t) {
     for (int64_t i = 0; i < n; ++i) o[i] = bfloat16_to_float(p[i].bits);
   }
   return f;
-}
-
-void narrow_half(const Tensor& f, Tensor& out) {
-  const float* p = f.data<float>();
-  const int64_t n = f.numel();
-  if (out.dtype() == DType::kFloat16) {
-    Float16* o = out.data<Float16>();
-    for (int64_t i = 0; i < n; ++i) o[i].bits = float_to_half(p[i]);
-  } else {
-    BFloat16* o = out.data<BFloat16>();
-    for (int64_t i = 0; i < n; ++i) o[i].bits = float_to_bfloat16(p[i]);
-  }
 }
 
 // out = f(a, b) with a and b broadcast to out's shape. `a` may be `out` itself.

@@ -24,52 +24,6 @@ constexpr bool type_in(unsigned types) {
   return (types & kUnsigned) != 0;
 }
 
-// Calls f(T{}) with T the C++ type of a numeric dtype; returns false for other dtypes.
-template <class F>
-bool visit_numeric(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    default: return false;
-  }
-}
-
-bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
-
-Tensor widen_half(const Tensor& t) {
-  Tensor f = Tensor::empty(DType::kFloat32, t.shape());
-  float* o = f.data<float>();
-  const int64_t n = t.numel();
-  if (t.dtype() == DType::kFloat16) {
-    const Float16* p = t.data<Float16>();
-    for (int64_t i = 0; i < n; ++i) o[i] = half_to_float(p[i].bits);
-  } else {
-    const BFloat16* p = t.data<BFloat16>();
-    for (int64_t i = 0; i < n; ++i) o[i] = bfloat16_to_float(p[i].bits);
-  }
-  return f;
-}
-
-void narrow_half(const Tensor& f, Tensor& out) {
-  const float* p = f.data<float>();
-  const int64_t n = f.numel();
-  if (out.dtype() == DType::kFloat16) {
-    Float16* o = out.data<Float16>();
-    for (int64_t i = 0; i < n; ++i) o[i].bits = float_to_half(p[i]);
-  } else {
-    BFloat16* o = out.data<BFloat16>();
-    for (int64_t i = 0; i < n; ++i) o[i].bits = float_to_bfloat16(p[i]);
-  }
-}
-
 // ---- functors ----------------------------------------------------------------------------
 
 #define OMT_SIMPLE_UNARY(Name, types, expr)               \

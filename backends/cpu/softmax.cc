@@ -11,34 +11,6 @@
 namespace omt::cpu {
 namespace {
 
-bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
-
-Tensor widen_half(const Tensor& t) {
-  Tensor f = Tensor::empty(DType::kFloat32, t.shape());
-  float* o = f.data<float>();
-  const int64_t n = t.numel();
-  if (t.dtype() == DType::kFloat16) {
-    const Float16* p = t.data<Float16>();
-    for (int64_t i = 0; i < n; ++i) o[i] = half_to_float(p[i].bits);
-  } else {
-    const BFloat16* p = t.data<BFloat16>();
-    for (int64_t i = 0; i < n; ++i) o[i] = bfloat16_to_float(p[i].bits);
-  }
-  return f;
-}
-
-void narrow_half(const Tensor& f, Tensor& out) {
-  const float* p = f.data<float>();
-  const int64_t n = f.numel();
-  if (out.dtype() == DType::kFloat16) {
-    Float16* o = out.data<Float16>();
-    for (int64_t i = 0; i < n; ++i) o[i].bits = float_to_half(p[i]);
-  } else {
-    BFloat16* o = out.data<BFloat16>();
-    for (int64_t i = 0; i < n; ++i) o[i].bits = float_to_bfloat16(p[i]);
-  }
-}
-
 enum class Mode { kSoftmax, kLogSoftmax, kHardmax };
 
 // One contiguous row of length n.
