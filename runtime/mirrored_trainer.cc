@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -75,6 +76,7 @@ struct MirroredTrainer::Impl {
     std::unique_ptr<Session> backward, update;
     NamedTensors params, state;
     std::vector<Tensor> buckets;
+    std::vector<Tensor> grad_views;  // per parameter: its slot in its bucket (built once)
     std::vector<TraceEvent> events;
     double compute_ms = 0, exposed_ms = 0;
     double loss = 0;
@@ -251,7 +253,7 @@ struct MirroredTrainer::Impl {
     f.set(tg.lr, Tensor::scalar<float>(lr));
     f.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
     for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
-    for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], grad_view(rep, k));
+    for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], rep.grad_views[k]);
     for (const auto& s : tg.states)
       if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
     NamedTensors out = rep.update->run(f, &up_hooks);
@@ -263,17 +265,6 @@ struct MirroredTrainer::Impl {
     (void)backward_end;
   }
 
-  Tensor grad_view(Replica& rep, size_t k) {
-    const std::string& param = tg.params[k].name;
-    for (size_t b = 0; b < plan.buckets.buckets.size(); ++b)
-      for (const auto& s : plan.buckets.buckets[b].slots)
-        if (s.param == param) {
-          const Tensor& p = rep.params.at(param);
-          return Tensor::wrap(DType::kFloat32, p.shape(), rep.buckets[b].data<float>() + s.offset,
-                              std::make_shared<Tensor>(rep.buckets[b]));
-        }
-    OMT_ASSERT(false, "parameter '", param, "' is in no bucket");
-  }
 
   void thread_main(int r) {
     if (opt.pin_threads) {
@@ -340,13 +331,15 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
     for (const auto& p : m.tg.params) rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name)));
     for (const auto& st : m.tg.states) rep.state.set(st.name, start(st.name, st.initial));
     for (const auto& b : m.plan.buckets.buckets) rep.buckets.push_back(Tensor::zeros(DType::kFloat32, {b.elements}));
+    std::map<std::string, Tensor> views;
     for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
       for (const auto& slot : m.plan.buckets.buckets[b].slots) {
         const Tensor& p = rep.params.at(slot.param);
-        rep.backward->bind_output(slot.grad, Tensor::wrap(DType::kFloat32, p.shape(),
-                                                          rep.buckets[b].data<float>() + slot.offset,
-                                                          std::make_shared<Tensor>(rep.buckets[b])));
+        views[slot.param] = Tensor::wrap(DType::kFloat32, p.shape(), rep.buckets[b].data<float>() + slot.offset,
+                                         std::make_shared<Tensor>(rep.buckets[b]));
+        rep.backward->bind_output(slot.grad, views[slot.param]);
       }
+    for (const auto& p : m.tg.params) rep.grad_views.push_back(views.at(p.name));
   }
   // Parameters start equal everywhere: broadcast process 0's (MirroredStrategy semantics).
   if (m.opt.comm && m.opt.comm->size() > 1) {
