@@ -30,8 +30,9 @@ int64_t ReplicaBatch::size() const {
 //     buffer and starts its all-reduce over processes (asynchronous), then goes on with its
 //     own backward. With --no-overlap replicas arrive only after the whole backward.
 //  2. update graph: before each optimizer node the replica waits for that node's bucket.
-//     The first replica to find the bucket's all-reduce in flight waits for it and copies
-//     the result into the other replicas' buffers.
+//     The first replica to find the bucket's all-reduce in flight waits for it. Every
+//     replica's update reads the reduced gradients from replica 0's buckets (read-only until
+//     the next step, which starts only after every update has finished), so no copy is made.
 //  3. the driver thread averages BatchNorm statistics over replicas and sums the loss.
 // Every wait has the trainer's timeout and wakes at once when another replica fails.
 
@@ -148,7 +149,6 @@ struct MirroredTrainer::Impl {
     }
     std::shared_ptr<Work> work;
     if (opt.comm && opt.comm->size() > 1) work = opt.comm->allreduce(dst, static_cast<size_t>(n), DType::kFloat32, ReduceOp::kSum);
-    else distribute(b);
     const double t1 = now_us();
     std::lock_guard<std::mutex> lock(mu);
     comm_ms += (t1 - t0) / 1000.0;
@@ -156,12 +156,6 @@ struct MirroredTrainer::Impl {
     sync[b].work = work;
     sync[b].state = work ? BucketState::kInFlight : BucketState::kDone;
     cv.notify_all();
-  }
-
-  // Copies replica 0's reduced bucket into the other replicas' buffers.
-  void distribute(int b) {
-    const Tensor& src = reps[0].buckets[b];
-    for (int r = 1; r < R; ++r) std::memcpy(reps[r].buckets[b].raw(), src.raw(), src.nbytes());
   }
 
   void arrive(int b) {
@@ -186,7 +180,6 @@ struct MirroredTrainer::Impl {
         lock.unlock();
         const double w0 = now_us();
         work->wait(opt.timeout);  // throws a communication error naming the missing peer
-        distribute(b);
         const double w1 = now_us();
         lock.lock();
         comm_ms += (w1 - w0) / 1000.0;
@@ -253,7 +246,7 @@ struct MirroredTrainer::Impl {
     f.set(tg.lr, Tensor::scalar<float>(lr));
     f.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
     for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
-    for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], rep.grad_views[k]);
+    for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], reps[0].grad_views[k]);
     for (const auto& s : tg.states)
       if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
     NamedTensors out = rep.update->run(f, &up_hooks);
