@@ -9,108 +9,27 @@
 #include <algorithm>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/pool_geometry.h"
 
 namespace omt::cpu {
 namespace {
 
-// Valid input positions of each output position's window along one spatial dim.
-struct DimWindows {
-  std::vector<int64_t> begin;     // offset into `pos` of output o's positions
-  std::vector<int64_t> pos;       // valid input positions, grouped by output position
-  std::vector<int64_t> padded_n;  // window positions inside [-pad_begin, in + pad_end)
-};
-
-// Spatial dims padded to 3 (leading dims of size 1).
-struct PoolGeometry {
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  DimWindows win[3];
-  int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  int64_t out_size() const { return out[0] * out[1] * out[2]; }
-};
-
+// The forward kernel's windows (pool_geometry.h), kept for reuse across calls.
 class PoolWindows {
  public:
   PoolWindows(const KernelInfo& info, bool has_dilations) : where_(info.where()) {
-    const AttributeMap& a = info.attr();
-    auto_pad_ = a.get_string("auto_pad", "NOTSET");
-    OMT_CHECK(auto_pad_ == "NOTSET" || auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER" ||
-                  auto_pad_ == "VALID",
-              kModel, where_, ": auto_pad '", auto_pad_, "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
-    kernel_ = a.get_ints("kernel_shape");
-    OMT_CHECK(!kernel_.empty() && kernel_.size() <= 3, kUnsupported, where_,
-              ": kernel_shape must list 1 to 3 spatial dims, got ", kernel_.size());
-    const size_t nsp = kernel_.size();
-    strides_ = a.get_ints("strides", std::vector<int64_t>(nsp, 1));
-    pads_ = a.get_ints("pads", std::vector<int64_t>(2 * nsp, 0));
-    dilations_ = has_dilations ? a.get_ints("dilations", std::vector<int64_t>(nsp, 1))
-                               : std::vector<int64_t>(nsp, 1);
-    ceil_mode_ = a.get_int("ceil_mode", 0) != 0;
-    OMT_CHECK(strides_.size() == nsp && pads_.size() == 2 * nsp && dilations_.size() == nsp, kModel,
-              where_, ": strides/pads/dilations must have ", nsp, "/", 2 * nsp, "/", nsp, " values");
-    for (size_t i = 0; i < nsp; ++i)
-      OMT_CHECK(kernel_[i] >= 1 && strides_[i] >= 1 && dilations_[i] >= 1 && pads_[i] >= 0 &&
-                    pads_[i + nsp] >= 0,
-                kModel, where_, ": kernel_shape, strides and dilations must be >= 1 and pads >= 0");
+    attrs_.read(info, has_dilations);
   }
-
   // Geometry for input shape x; `out_shape` is the forward's output shape.
   const PoolGeometry& geometry(const Shape& x, Shape& out_shape) {
-    const size_t nsp = kernel_.size();
-    OMT_CHECK(x.size() == nsp + 2, kModel, where_, ": input ", shape_str(x), " must have ", nsp + 2,
-              " dims for kernel_shape ", shape_str(kernel_));
-    out_shape = {x[0], x[1]};
-    const size_t off = 3 - nsp;
-    for (size_t i = 0; i < nsp; ++i) {
-      const int64_t in = x[i + 2], s = strides_[i], d = dilations_[i];
-      const int64_t ek = (kernel_[i] - 1) * d + 1;
-      int64_t pb = 0, pe = 0, o = 0;
-      if (auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER") {
-        o = (in + s - 1) / s;
-        const int64_t total = std::max<int64_t>(0, (o - 1) * s + ek - in);
-        pb = auto_pad_ == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pe = total - pb;
-      } else {
-        if (auto_pad_ == "NOTSET") {
-          pb = pads_[i];
-          pe = pads_[i + nsp];
-        }
-        const int64_t span = in + pb + pe - ek;
-        OMT_CHECK(span >= 0, kModel, where_, ": input ", shape_str(x),
-                  " is smaller than the pooling window ", shape_str(kernel_), " plus pads");
-        o = (ceil_mode_ ? (span + s - 1) / s : span / s) + 1;
-      }
-      out_shape.push_back(o);
-      geom_.in[off + i] = in;
-      geom_.out[off + i] = o;
-      DimWindows& w = geom_.win[off + i];
-      w.begin.assign(1, 0);
-      w.pos.clear();
-      w.padded_n.clear();
-      for (int64_t oi = 0; oi < o; ++oi) {
-        int64_t padded = 0;
-        for (int64_t kk = 0; kk < kernel_[i]; ++kk) {
-          const int64_t p = oi * s - pb + kk * d;
-          if (p >= -pb && p < in + pe) ++padded;
-          if (p >= 0 && p < in) w.pos.push_back(p);
-        }
-        w.begin.push_back(static_cast<int64_t>(w.pos.size()));
-        w.padded_n.push_back(padded);
-      }
-    }
-    for (size_t i = 0; i < off; ++i) {
-      geom_.in[i] = geom_.out[i] = 1;
-      geom_.win[i].begin = {0, 1};
-      geom_.win[i].pos = {0};
-      geom_.win[i].padded_n = {1};
-    }
+    attrs_.geometry(x, where_, out_shape, geom_);
     return geom_;
   }
 
  private:
-  std::string where_, auto_pad_;
-  std::vector<int64_t> kernel_, strides_, pads_, dilations_;
-  bool ceil_mode_ = false;
-  PoolGeometry geom_;  // reused across calls (no per-call allocation once warm)
+  std::string where_;
+  PoolAttrs attrs_;
+  PoolGeometry geom_;
 };
 
 // dX[argmax of window o] += dY[o]; the argmax is the first maximum (a NaN wins), as in
