@@ -10,12 +10,12 @@
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/rnn_attrs.h"
 #include "backends/cpu/dnnl_util.h"
 
 namespace omt::cpu {
 namespace {
 
-enum class Cell { kRnn, kGru, kLstm };
 enum class Act { kSigmoid, kTanh, kRelu };
 
 template <class T>
@@ -39,23 +39,8 @@ inline T act_deriv(Act a, T y) {
   return T(1);
 }
 
-std::vector<Act> parse_activations(const KernelInfo& info, const std::vector<std::string>& defaults,
-                                   int dirs) {
-  std::vector<std::string> names;
-  const auto it = info.attr().all().find("activations");
-  if (it != info.attr().all().end()) {
-    if (const auto* v = std::get_if<std::vector<std::string>>(&it->second)) names = *v;
-    else if (const auto* one = std::get_if<std::string>(&it->second)) names = {*one};
-  }
-  const size_t per_dir = defaults.size();
-  if (names.empty()) {
-    for (int d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
-  } else if (names.size() == per_dir && dirs == 2) {
-    const std::vector<std::string> one = names;  // (inserting a vector into itself is UB)
-    names.insert(names.end(), one.begin(), one.end());
-  }
-  OMT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs), kModel, info.where(),
-            ": activations lists ", names.size(), " functions, expected ", per_dir * dirs);
+// Gate activations whose derivative the backward kernel knows.
+std::vector<Act> parse_activations(const KernelInfo& info, const std::vector<std::string>& names) {
   std::vector<Act> out;
   for (const std::string& raw : names) {
     std::string n = raw;
@@ -100,31 +85,13 @@ T* sized(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-class RecurrentGradKernel : public OpKernel {
+class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
  public:
-  RecurrentGradKernel(const KernelInfo& info, Cell cell) : info_(info), cell_(cell) {
-    const AttributeMap& a = info.attr();
-    gates_ = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 3 : 4;
-    const std::string direction = a.get_string("direction", "forward");
-    OMT_CHECK(direction == "forward" || direction == "reverse" || direction == "bidirectional",
-              kModel, info.where(), ": direction '", direction,
-              "' is not forward, reverse or bidirectional");
-    reverse_ = direction == "reverse";
-    dirs_ = direction == "bidirectional" ? 2 : 1;
-    hidden_size_ = a.get_int("hidden_size", 0);
-    layout_ = a.get_int("layout", 0);
-    OMT_CHECK(layout_ == 0 || layout_ == 1, kModel, info.where(), ": layout must be 0 or 1, got ",
-              layout_);
-    clip_ = a.has("clip") ? a.get_float("clip", 0.f) : 0.f;
-    OMT_CHECK(!a.has("clip") || clip_ > 0.f, kModel, info.where(), ": clip must be > 0");
-    lbr_ = cell == Cell::kGru && a.get_int("linear_before_reset", 0) != 0;
-    input_forget_ = cell == Cell::kLstm && a.get_int("input_forget", 0) != 0;
-    const std::vector<std::string> defaults =
-        cell == Cell::kRnn ? std::vector<std::string>{"Tanh"}
-        : cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                             : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-    per_dir_ = static_cast<int64_t>(defaults.size());
-    acts_ = parse_activations(info, defaults, static_cast<int>(dirs_));
+  RecurrentGradKernel(const KernelInfo& info, Cell cell)
+      : RecurrentAttrs(info, cell),
+        info_(info),
+        cell_(cell),
+        acts_(parse_activations(info, activation_names_)) {
     const int expected_inputs = cell == Cell::kLstm ? 11 : 8;
     OMT_CHECK(info.num_inputs == expected_inputs, kModel, info.where(), ": expected ",
               expected_inputs, " inputs (the forward inputs, then dY, dY_h",
@@ -592,15 +559,6 @@ class RecurrentGradKernel : public OpKernel {
 
   KernelInfo info_;
   Cell cell_;
-  int64_t gates_ = 1;
-  bool reverse_ = false;
-  int64_t dirs_ = 1;
-  int64_t per_dir_ = 1;
-  int64_t hidden_size_ = 0;
-  int64_t layout_ = 0;
-  float clip_ = 0.f;
-  bool lbr_ = false;
-  bool input_forget_ = false;
   std::vector<Act> acts_;
   std::vector<int64_t> lens_;
   Workspace<float> ws_f_;

@@ -8,12 +8,12 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/rnn_attrs.h"
 #include "backends/cpu/dnnl_util.h"
 
 namespace omt::cpu {
 namespace {
 
-enum class Cell { kRnn, kGru, kLstm };
 
 enum class ActKind {
   kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid,
@@ -67,17 +67,7 @@ struct Activation {
 
 // Parses the activations attribute; alpha/beta are consumed in order by the activations that
 // take them (ONNX's rule), with the usual defaults when the lists run short.
-std::vector<Activation> parse_activations(const KernelInfo& info, std::vector<std::string> names,
-                                          const std::vector<std::string>& defaults, int dirs) {
-  const size_t per_dir = defaults.size();
-  if (names.empty()) {
-    for (int d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
-  } else if (names.size() == per_dir && dirs == 2) {
-    const std::vector<std::string> once = names;
-    names.insert(names.end(), once.begin(), once.end());
-  }
-  OMT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs), kModel, info.where(),
-            ": activations lists ", names.size(), " functions, expected ", per_dir * dirs);
+std::vector<Activation> parse_activations(const KernelInfo& info, const std::vector<std::string>& names) {
   const std::vector<float> alphas = info.attr().get_floats("activation_alpha");
   const std::vector<float> betas = info.attr().get_floats("activation_beta");
   size_t ai = 0, bi = 0;
@@ -125,14 +115,6 @@ std::vector<Activation> parse_activations(const KernelInfo& info, std::vector<st
   return out;
 }
 
-std::vector<std::string> string_list(const AttributeMap& attrs, const std::string& name) {
-  const auto it = attrs.all().find(name);
-  if (it == attrs.all().end()) return {};
-  if (const auto* v = std::get_if<std::vector<std::string>>(&it->second)) return *v;
-  if (const auto* one = std::get_if<std::string>(&it->second)) return {*one};
-  OMT_FAIL(kModel, "attribute '", name, "' must be a list of strings");
-}
-
 template <class T>
 void clip_values(T* v, int64_t n, float clip) {
   if (clip <= 0.f) return;
@@ -140,31 +122,13 @@ void clip_values(T* v, int64_t n, float clip) {
   for (int64_t i = 0; i < n; ++i) v[i] = std::max(-c, std::min(c, v[i]));
 }
 
-class RecurrentKernel : public OpKernel {
+class RecurrentKernel : public OpKernel, private RecurrentAttrs {
  public:
-  RecurrentKernel(const KernelInfo& info, Cell cell) : info_(info), cell_(cell) {
-    const AttributeMap& a = info.attr();
-    gates_ = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 3 : 4;
-    const std::string direction = a.get_string("direction", "forward");
-    OMT_CHECK(direction == "forward" || direction == "reverse" || direction == "bidirectional",
-              kModel, info.where(), ": direction '", direction,
-              "' is not forward, reverse or bidirectional");
-    reverse_ = direction == "reverse";
-    dirs_ = direction == "bidirectional" ? 2 : 1;
-    hidden_size_ = a.get_int("hidden_size", 0);
-    layout_ = a.get_int("layout", 0);
-    OMT_CHECK(layout_ == 0 || layout_ == 1, kModel, info.where(), ": layout must be 0 or 1, got ",
-              layout_);
-    clip_ = a.has("clip") ? a.get_float("clip", 0.f) : 0.f;
-    OMT_CHECK(!a.has("clip") || clip_ > 0.f, kModel, info.where(), ": clip must be > 0");
-    linear_before_reset_ = cell == Cell::kGru && a.get_int("linear_before_reset", 0) != 0;
-    input_forget_ = cell == Cell::kLstm && a.get_int("input_forget", 0) != 0;
-    const std::vector<std::string> defaults =
-        cell == Cell::kRnn ? std::vector<std::string>{"Tanh"}
-        : cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                             : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-    acts_ = parse_activations(info, string_list(a, "activations"), defaults, dirs_);
-  }
+  RecurrentKernel(const KernelInfo& info, Cell cell)
+      : RecurrentAttrs(info, cell),
+        info_(info),
+        cell_(cell),
+        acts_(parse_activations(info, activation_names_)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
@@ -292,7 +256,7 @@ class RecurrentKernel : public OpKernel {
     if (bias) {
       std::vector<T> b(static_cast<size_t>(gh));
       for (int64_t j = 0; j < gh; ++j) b[j] = bias[j] + bias[gh + j];
-      if (linear_before_reset_) {
+      if (lbr_) {
         rbh = bias + gh + 2 * hs;
         for (int64_t j = 2 * hs; j < gh; ++j) b[j] = bias[j];
       }
@@ -308,7 +272,7 @@ class RecurrentKernel : public OpKernel {
     for (int64_t step = 0; step < seq; ++step) {
       const int64_t t = rev ? seq - 1 - step : step;
       T* g = xw.data() + t * batch * gh;
-      if (cell_ == Cell::kGru && !linear_before_reset_) {
+      if (cell_ == Cell::kGru && !lbr_) {
         gemm(false, true, batch, 2 * hs, hs, T(1), h.data(), hs, r, hs, T(0), hr.data(), gh);
       } else {
         gemm(false, true, batch, gh, hs, T(1), h.data(), hs, r, hs, T(0), hr.data(), gh);
@@ -321,10 +285,10 @@ class RecurrentKernel : public OpKernel {
           for (int64_t j = 0; j < 2 * hs; ++j) gb[j] += hb[j];
           clip_values(gb, 2 * hs, clip_);
           act[0].apply(gb, 2 * hs);
-          if (!linear_before_reset_)
+          if (!lbr_)
             for (int64_t j = 0; j < hs; ++j) rh[b * hs + j] = gb[hs + j] * h[b * hs + j];
         }
-        if (!linear_before_reset_)
+        if (!lbr_)
           gemm(false, true, batch, hs, hs, T(1), rh.data(), hs, r + 2 * hs * hs, hs, T(0),
                hr.data() + 2 * hs, gh);
       }
@@ -342,7 +306,7 @@ class RecurrentKernel : public OpKernel {
         } else if (cell_ == Cell::kGru) {
           T* hg = gb + 2 * hs;
           const T* hh = hb + 2 * hs;
-          if (linear_before_reset_) {
+          if (lbr_) {
             for (int64_t j = 0; j < hs; ++j)
               hg[j] += gb[hs + j] * (hh[j] + (rbh ? rbh[j] : T(0)));
           } else {
@@ -391,14 +355,6 @@ class RecurrentKernel : public OpKernel {
 
   KernelInfo info_;
   Cell cell_;
-  int64_t gates_ = 1;
-  bool reverse_ = false;
-  int64_t dirs_ = 1;
-  int64_t hidden_size_ = 0;
-  int64_t layout_ = 0;
-  float clip_ = 0.f;
-  bool linear_before_reset_ = false;
-  bool input_forget_ = false;
   std::vector<Activation> acts_;
 };
 
