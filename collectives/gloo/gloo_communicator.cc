@@ -264,6 +264,13 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
       };
       context_ = connect("main");
       health_ = connect("health");
+      // A rank's pairs count as connected once its side of each handshake is written; a rank
+      // that returned and closed its sockets at once (a communicator built and dropped, as in
+      // a short job) would cut a peer still reading its handshake ("connection closed by
+      // peer"). The barrier returns only when every rank has finished both meshes.
+      gloo::BarrierOptions done(health_);
+      done.setTimeout(std::max(milliseconds(200), left()));
+      gloo::barrier(done);
     } catch (const std::exception& e) {
       OMT_FAIL(kCommunication, "gloo connect failed on rank ", rank_, " of ", size_, " after ",
                seconds_since(start), " s (listening on ", where, "): ", e.what(),
