@@ -46,6 +46,65 @@ def load_split(prefix):
     return torch.from_numpy(x.astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
 
 
+# Note [Same data order]: onnx-mirror's EpochSampler (runtime/sampler.cc) written out in Python,
+# so that both frameworks see the same global batches in the same order: epoch e's permutation
+# of [0, N) is a Fisher-Yates shuffle driven by std::mt19937_64 seeded with
+# splitmix64(seed ^ splitmix64(e)), with rejection sampling for unbiased draws. Global batch b is
+# perm[b*B : (b+1)*B]; replica r of W takes the slice [n*r//W, n*(r+1)//W) of it. With the same
+# initial weights (make_models.py's seed) the two runs differ only in floating-point rounding.
+M64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+class MT19937_64:
+    """std::mt19937_64 (the C++ standard's parameters)."""
+
+    def __init__(self, seed):
+        self.mt = [seed & M64]
+        for i in range(1, 312):
+            prev = self.mt[-1]
+            self.mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & M64)
+        self.index = 312
+
+    def __call__(self):
+        if self.index >= 312:
+            mt = self.mt
+            for i in range(312):
+                x = (mt[i] & 0xFFFFFFFF80000000) | (mt[(i + 1) % 312] & 0x7FFFFFFF)
+                xa = x >> 1
+                if x & 1:
+                    xa ^= 0xB5026F5AA96619E9
+                mt[i] = mt[(i + 156) % 312] ^ xa
+            self.index = 0
+        y = self.mt[self.index]
+        self.index += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        y ^= y >> 43
+        return y & M64
+
+
+def omt_permutation(n, seed, epoch):
+    gen = MT19937_64(splitmix64((seed ^ splitmix64(epoch)) & M64))
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        rng = i + 1
+        reject_below = ((1 << 64) - rng) % rng
+        x = gen()
+        while x < reject_below:
+            x = gen()
+        j = x % rng
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
@@ -73,23 +132,34 @@ def worker(rank, args, world, threads, out_dir):
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
     local_batch = args.global_batch // world
-    if world > 1:
+    if world > 1 and args.order == "torch":
         sampler = torch.utils.data.distributed.DistributedSampler(
             range(len(x)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     gen = torch.Generator().manual_seed(args.seed)
 
-    step_s, epoch_s, steps = [], [], 0
-    for epoch in range(args.epochs):
-        t_epoch = time.perf_counter()
+    def shards(epoch):
+        """This rank's batch indices for one epoch, step by step."""
+        if args.order == "omt":  # Note [Same data order]
+            perm = omt_permutation(len(x), args.seed, epoch)
+            for b in range(0, len(perm), args.global_batch):
+                gb = perm[b:b + args.global_batch]
+                yield torch.tensor(gb[len(gb) * rank // world:len(gb) * (rank + 1) // world])
+            return
         if world > 1:
             sampler.set_epoch(epoch)
             order = torch.tensor(list(sampler))
         else:
             order = torch.randperm(len(x), generator=gen)
         for b in range(0, len(order), local_batch):
+            yield order[b:b + local_batch]
+
+    step_s, epoch_s, steps = [], [], 0
+    for epoch in range(args.epochs):
+        batches = list(shards(epoch))  # drawn outside the timed epoch (Python is slow at it)
+        t_epoch = time.perf_counter()
+        for idx in batches:
             if args.steps and steps >= args.steps:
                 break
-            idx = order[b:b + local_batch]
             xb, yb = x[idx], y[idx]
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
@@ -150,6 +220,9 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--order", choices=["omt", "torch"], default="omt",
+                   help="omt: onnx-mirror's data order (Note [Same data order]); torch: randperm / "
+                        "DistributedSampler")
     args = p.parse_args()
     for config in args.configs.split(","):
         print(json.dumps(run_config(args, config)), flush=True)
