@@ -19,7 +19,8 @@ ValueInfo info_like(const std::string& name, const Tensor& t) {
 
 }  // namespace
 
-MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first_bytes) {
+MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first_bytes,
+                       const OpSupported& fusable) {
   const Graph& g = tg.model.graph;
   OMT_CHECK(tg.first_update_node < static_cast<int>(g.nodes.size()), kInternal,
             "plan_mirror needs a training graph with optimizer nodes");
@@ -45,6 +46,10 @@ MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first
   bg.nodes.assign(g.nodes.begin(), g.nodes.begin() + tg.first_update_node);
   for (const auto& in : g.inputs)
     if (!optimizer_inputs.count(in.name)) bg.inputs.push_back(in);
+  std::set<std::string> keep;  // the backward graph's outputs-to-be: g's outputs and the gradients
+  for (const auto& o : g.outputs) keep.insert(o.name);
+  for (const auto& p : tg.params) keep.insert(p.grad);
+  plan.fusions = fuse_graph(bg, keep, fusable);
 
   std::map<std::string, int> readers;
   for (const auto& n : bg.nodes)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/buckets.h"
+#include "graph/fusion.h"
 #include "graph/training.h"
 
 namespace omt {
@@ -20,8 +21,11 @@ struct MirrorPlan {
   std::vector<int> update_node_bucket;  // per update-graph node: the bucket whose gradients it reads
   std::vector<std::string> grads;       // per TrainingGraph parameter: its gradient value
   std::vector<std::string> batchnorm_states;  // running statistics, averaged across replicas
+  FusionCounts fusions;                 // applied to the backward graph (graph/fusion.h)
 };
 
-MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t bucket_cap_bytes, int64_t first_bucket_bytes);
+// `fusable`: the ops the backend that runs the plan has kernels for; null for no fusion.
+MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t bucket_cap_bytes, int64_t first_bucket_bytes,
+                       const OpSupported& fusable = nullptr);
 
 }  // namespace omt

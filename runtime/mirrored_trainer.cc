@@ -295,7 +295,12 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   TrainingSpec s = spec;
   s.with_optimizer = true;
   m.tg = build_training_graph(*m.model, s);
-  m.plan = plan_mirror(m.tg, options.bucket_cap_bytes, options.first_bucket_bytes);
+  OpSupported fusable;
+  if (options.fuse) {
+    std::shared_ptr<Backend> backend = get_backend(options.session.device, options.session.device_index);
+    fusable = [backend](const std::string& domain, const std::string& op) { return backend->supports(domain, op); };
+  }
+  m.plan = plan_mirror(m.tg, options.bucket_cap_bytes, options.first_bucket_bytes, fusable);
   auto backward = std::make_shared<const Model>(m.plan.backward);
   auto update = std::make_shared<const Model>(m.plan.update);
   SessionOptions so = options.session;

@@ -28,6 +28,7 @@ struct MirrorOptions {
   int64_t first_bucket_bytes = 1 << 20;
   bool overlap = true;          // false: all-reduce only after the whole backward (--no-overlap)
   bool pin_threads = true;
+  bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
   SessionOptions session;       // device

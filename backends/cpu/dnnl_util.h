@@ -69,6 +69,16 @@ class ShapeCache {
   std::vector<std::pair<std::vector<int64_t>, V>> entries_;
 };
 
+// `attr` with scratchpad_mode::user: the primitive's scratchpad is passed in as
+// DNNL_ARG_SCRATCHPAD from memory the kernel owns. The library-managed scratchpad is shared
+// between primitives (Debian's oneDNN is built without DNNL_ENABLE_CONCURRENT_EXEC), so two
+// replicas running primitives at once could overwrite each other's temporaries (gemm
+// convolutions' im2col buffers did).
+inline dnnl::primitive_attr user_scratchpad_attr(dnnl::primitive_attr attr = {}) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 // Key helper: concatenates shapes (each prefixed by its rank) and extra integers.
 inline void append_key(std::vector<int64_t>& key, const Shape& shape) {
   key.push_back(static_cast<int64_t>(shape.size()));

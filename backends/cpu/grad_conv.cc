@@ -55,6 +55,7 @@ struct ConvBackward {
   dnnl::convolution_backward_weights weights;
   Port data_dy, data_w, data_dx;  // backward data: diff_dst, weights -> diff_src
   Port wei_dy, wei_x, wei_dw;     // backward weights: diff_dst, src -> diff_weights
+  dnnl::memory data_scratch, wei_scratch;  // their own (user_scratchpad_attr in dnnl_util.h)
 };
 
 class ConvGradKernel : public OpKernel {
@@ -201,7 +202,8 @@ class ConvGradKernel : public OpKernel {
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any_x,
                                                   any_w, any_y, s, dil, pb, pe),
-            eng, hint);
+            user_scratchpad_attr(), eng, hint);
+        e.data_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.data = dnnl::convolution_backward_data(pd);
         e.data_dy.init(user_y, pd.diff_dst_desc(), true);
         e.data_w.init(user_w, pd.weights_desc(), true);
@@ -212,7 +214,8 @@ class ConvGradKernel : public OpKernel {
         const dnnl::convolution_backward_weights::primitive_desc pd(
             dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_x,
                                                      any_w, any_y, s, dil, pb, pe),
-            eng, hint);
+            user_scratchpad_attr(), eng, hint);
+        e.wei_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.weights = dnnl::convolution_backward_weights(pd);
         e.wei_dy.init(user_y, pd.diff_dst_desc(), true);
         e.wei_x.init(user_x, pd.src_desc(), true);
@@ -233,7 +236,8 @@ class ConvGradKernel : public OpKernel {
       dnnl::memory& dsrc = e.data_dx.bind(dx->raw());
       e.data_dy.pull(st);
       e.data_w.pull(st);
-      e.data.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc}});
+      e.data.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc},
+                            {DNNL_ARG_SCRATCHPAD, e.data_scratch}});
       e.data_dx.push(st);
     }
     if (dw && e.has_weights) {
@@ -242,7 +246,8 @@ class ConvGradKernel : public OpKernel {
       dnnl::memory& dwei = e.wei_dw.bind(dw->raw());
       e.wei_dy.pull(st);
       e.wei_x.pull(st);
-      e.weights.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, dwei}});
+      e.weights.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, dwei},
+                               {DNNL_ARG_SCRATCHPAD, e.wei_scratch}});
       e.wei_dw.push(st);
     }
     st.wait();

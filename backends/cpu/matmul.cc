@@ -79,6 +79,7 @@ void matmul_loop(const MatMulShape& s, const T* a, const T* b, T* y) {
 struct DnnlMatMul {
   dnnl::matmul prim;
   dnnl::memory src, wei, dst, bias;
+  dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
   bool has_bias = false;
 
   void run(const void* a, const void* b, void* y, const void* c, int num_threads) {
@@ -86,7 +87,7 @@ struct DnnlMatMul {
     wei.set_data_handle(const_cast<void*>(b));
     dst.set_data_handle(y);
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
     if (has_bias) {
       bias.set_data_handle(const_cast<void*>(c));
       args.emplace(DNNL_ARG_BIAS, bias);
@@ -104,7 +105,9 @@ DnnlMatMul make_matmul(const std::string& where, const dnnl::memory::desc& src,
     DnnlMatMul m;
     const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(src, wei, *bias, dst)
                                       : dnnl::matmul::desc(src, wei, dst);
-    m.prim = dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, dnnl_engine()));
+    const dnnl::matmul::primitive_desc pd(d, user_scratchpad_attr(attr), dnnl_engine());
+    m.prim = dnnl::matmul(pd);
+    m.scratchpad = dnnl::memory(pd.scratchpad_desc(), dnnl_engine());
     m.src = dnnl::memory(src, dnnl_engine(), nullptr);
     m.wei = dnnl::memory(wei, dnnl_engine(), nullptr);
     m.dst = dnnl::memory(dst, dnnl_engine(), nullptr);

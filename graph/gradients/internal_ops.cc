@@ -15,6 +15,8 @@ OMT_INTERNAL_NO_GRADIENT("Adam");
 OMT_INTERNAL_NO_GRADIENT("MatMulGrad");
 OMT_INTERNAL_NO_GRADIENT("ConvGrad");
 OMT_INTERNAL_NO_GRADIENT("MaxPoolGrad");
+OMT_INTERNAL_NO_GRADIENT("MaxPoolReluGrad");
+OMT_INTERNAL_NO_GRADIENT("FusedConv");  // forward, but created after autodiff (graph/fusion.h)
 OMT_INTERNAL_NO_GRADIENT("AveragePoolGrad");
 OMT_INTERNAL_NO_GRADIENT("GlobalAveragePoolGrad");
 OMT_INTERNAL_NO_GRADIENT("GlobalMaxPoolGrad");

@@ -52,7 +52,8 @@ Data make_data(const ModelCase& c, int64_t n, uint64_t seed) {
 
 // Trains `steps` steps on the same global batches with `processes` x `replicas` and returns
 // the parameters of global replica 0.
-NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int replicas, int steps) {
+NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int replicas, int steps,
+                   bool fuse = true) {
   auto model = std::make_shared<const Model>(load_onnx(test::source_path(c.path)));
   TrainingSpec spec;
   spec.loss = parse_loss_kind(c.loss);
@@ -68,6 +69,7 @@ NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int rep
   auto run_process = [&](int p) {
     MirrorOptions mo;
     mo.replicas = replicas;
+    mo.fuse = fuse;
     mo.first_bucket_bytes = 4096;  // several buckets even for small models
     mo.bucket_cap_bytes = 16384;
     if (processes > 1) {
@@ -131,6 +133,27 @@ namespace {
 
 // A replica whose parameters drift is caught by the consistency check on every process,
 // with the parameter and the ranks named.
+// graph/fusion.h: the CNN's plan runs conv+relu and maxpool-grad+relu-grad as fused kernels,
+// and training with them gives the parameters of the unfused plan.
+TEST(Mirroring, FusedKernelsGiveTheUnfusedUpdate) {
+  const ModelCase& cnn = kCases[1];
+  auto model = std::make_shared<const Model>(load_onnx(test::source_path(cnn.path)));
+  TrainingSpec spec;
+  spec.loss = parse_loss_kind(cnn.loss);
+  MirrorOptions mo;
+  const MirroredTrainer fused(model, spec, mo);
+  EXPECT_EQ(fused.plan().fusions.conv_relu, 2);
+  EXPECT_EQ(fused.plan().fusions.maxpool_relu_grad, 2);
+  mo.fuse = false;
+  const MirroredTrainer unfused(model, spec, mo);
+  EXPECT_EQ(unfused.plan().fusions.total(), 0);
+
+  const NamedTensors with = train(cnn, OptimizerKind::kSgd, 1, 2, 4, /*fuse=*/true);
+  const NamedTensors without = train(cnn, OptimizerKind::kSgd, 1, 2, 4, /*fuse=*/false);
+  for (const auto& name : without.names())
+    EXPECT_TRUE(test::tensors_close(with.at(name), without.at(name), 1e-6, 1e-7)) << name;
+}
+
 TEST(Mirroring, DivergedReplicasAreNamed) {
   auto model = std::make_shared<const Model>(load_onnx(test::source_path("tests/reference/mlp_op17.onnx")));
   TrainingSpec spec;

@@ -1,0 +1,30 @@
+// Fusions for the backward graph of a mirror plan: pairs of nodes that a backend runs faster
+// as one kernel, because the value between them is large, read once, and never needed again.
+//   Conv -> Relu                   =>  com.onnx-mirror:FusedConv (activation "Relu")
+//   MaxPoolGrad(dP, Y) -> ReluGrad(., Y)  =>  com.onnx-mirror:MaxPoolReluGrad(dP, Y)
+// In models/cnn.onnx these are the 11 MB activations after conv1: each fusion saves a pass
+// over them (Note [Backward fusions] in fusion.cc). A fusion happens only where the backend
+// has the fused kernel, and never removes a value in `keep` (graph outputs, gradients).
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+
+#include "graph/ir.h"
+
+namespace omt {
+
+struct FusionCounts {
+  int conv_relu = 0;
+  int maxpool_relu_grad = 0;
+  int total() const { return conv_relu + maxpool_relu_grad; }
+};
+
+// Whether the backend that will run the graph has a kernel for (domain, op_type).
+using OpSupported = std::function<bool(const std::string& domain, const std::string& op_type)>;
+
+// Rewrites `graph` (topologically sorted) in place; node order stays topological.
+FusionCounts fuse_graph(Graph& graph, const std::set<std::string>& keep, const OpSupported& supported);
+
+}  // namespace omt

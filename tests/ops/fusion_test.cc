@@ -1,0 +1,220 @@
+// The backward fusions (graph/fusion.h) and their CPU kernels: a graph run with and without
+// fuse_graph gives the same values (FusedConv = Relu(Conv), thin and blocked convolutions;
+// MaxPoolReluGrad = ReluGrad(MaxPoolGrad)), the SSE2 2x2 MaxPoolGrad path routes gradients
+// exactly like a plain reference loop (first maximum, NaN maximal), and the pass fuses only
+// what it may.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backends/backend.h"
+#include "graph/fusion.h"
+#include "graph/gradient.h"
+#include "runtime/session.h"
+#include "tests/ops/gradient_check.h"
+#include "tests/test_util.h"
+
+namespace omt::test {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+Node make_node(const std::string& domain, const std::string& op, std::vector<std::string> in,
+               std::vector<std::string> out, AttributeMap attrs = {}) {
+  Node n;
+  n.name = op;
+  n.domain = domain;
+  n.op_type = op;
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+OpSupported cpu_supports() {
+  std::shared_ptr<Backend> cpu = get_backend("cpu");
+  return [cpu](const std::string& d, const std::string& op) { return cpu->supports(d, op); };
+}
+
+// Runs `g` (inputs fed by name) and returns output 0.
+Tensor run_graph(const Graph& g, const NamedTensors& feeds) {
+  Model m;
+  m.graph = g;
+  m.opsets = {{"", 17}, {kOmtDomain, 1}};
+  Session s(std::make_shared<const Model>(m));
+  return s.run(feeds).at(g.outputs[0].name);
+}
+
+Graph input_graph(const std::vector<std::pair<std::string, DType>>& inputs, const std::string& output) {
+  Graph g;
+  for (const auto& [name, dt] : inputs) g.inputs.push_back(ValueInfo{name, dt, {}});
+  g.outputs.push_back(ValueInfo{output, DType::kUndefined, {}});
+  return g;
+}
+
+Tensor to_f64(const Tensor& t) {
+  Tensor d = Tensor::empty(DType::kFloat64, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) d.data<double>()[i] = t.data<float>()[i];
+  return d;
+}
+
+// ---- FusedConv ------------------------------------------------------------------------------
+
+void expect_conv_relu_fuses(int64_t channels, bool bias, DType dtype) {
+  SCOPED_TRACE(::testing::Message() << channels << " input channels, bias " << bias << ", "
+                                    << dtype_name(dtype));
+  Graph g = input_graph({{"x", dtype}, {"w", dtype}, {"b", dtype}}, "y");
+  std::vector<std::string> in = {"x", "w"};
+  if (bias) in.push_back("b");
+  AttributeMap a;
+  a.set("pads", Ints{1, 0, 1, 0});
+  g.nodes.push_back(make_node("", "Conv", in, {"z"}, a));
+  g.nodes.push_back(make_node("", "Relu", {"z"}, {"y"}));
+  NamedTensors feeds;
+  Tensor x = random_tensor({3, channels, 9, 10}, 1), w = random_tensor({5, channels, 3, 3}, 2),
+         b = random_tensor({5}, 3);
+  if (dtype == DType::kFloat64) x = to_f64(x), w = to_f64(w), b = to_f64(b);
+  feeds.set("x", x);
+  feeds.set("w", w);
+  feeds.set("b", b);
+  const Tensor want = run_graph(g, feeds);
+  Graph fused = g;
+  const FusionCounts n = fuse_graph(fused, {}, cpu_supports());
+  EXPECT_EQ(n.conv_relu, 1);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].op_type, "FusedConv");
+  const Tensor got = run_graph(fused, feeds);
+  EXPECT_TRUE(tensors_close(got, want, 1e-6, 1e-7));
+  double negatives = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) negatives += want.value_as_double(i) == 0;
+  EXPECT_GT(negatives, 0) << "the Relu must have clipped something for the test to mean anything";
+}
+
+TEST(FusedConv, ThinConvolutionEqualsConvThenRelu) { expect_conv_relu_fuses(1, true, DType::kFloat32); }
+TEST(FusedConv, BlockedConvolutionEqualsConvThenRelu) { expect_conv_relu_fuses(8, true, DType::kFloat32); }
+TEST(FusedConv, WithoutBias) { expect_conv_relu_fuses(4, false, DType::kFloat32); }
+TEST(FusedConv, Float64) { expect_conv_relu_fuses(3, true, DType::kFloat64); }
+
+// ---- MaxPoolReluGrad and the 2x2 path ----------------------------------------------------------
+
+// Activations with ties, zeros, negatives and a few NaNs.
+Tensor awkward_activations(const Shape& s, uint64_t seed) {
+  Tensor t = random_tensor(s, seed);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (i % 5 == 0) p[i] = 0.0f;                          // a Relu's zeros
+    if (i % 11 == 3) p[i] = 0.25f;                        // ties
+    if (i % 97 == 7) p[i] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return t;
+}
+
+// dX of 2x2 / stride 2 max pooling by the definition: each window's first maximum (NaN
+// maximal, first NaN kept) gets the window's gradient.
+Tensor reference_pool_grad_2x2(const Tensor& x, const Tensor& dy, bool relu) {
+  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = h / 2, ow = w / 2;
+  Tensor dx = Tensor::zeros(DType::kFloat32, x.shape());
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t arg = -1;
+        float best = 0;
+        for (int64_t dy_ = 0; dy_ < 2; ++dy_)
+          for (int64_t dx_ = 0; dx_ < 2; ++dx_) {
+            const int64_t at = (p * h + 2 * oy + dy_) * w + 2 * ox + dx_;
+            const float v = x.data<float>()[at];
+            if (arg < 0 || (!std::isnan(best) && (v > best || std::isnan(v)))) arg = at, best = v;
+          }
+        if (!relu || best > 0) dx.data<float>()[arg] = dy.data<float>()[(p * oh + oy) * ow + ox];
+      }
+  return dx;
+}
+
+AttributeMap pool_attrs(Ints kernel, Ints strides, Ints pads) {
+  AttributeMap a;
+  a.set("kernel_shape", kernel);
+  a.set("strides", strides);
+  a.set("pads", pads);
+  return a;
+}
+
+void expect_pool_relu_grad_fuses(const Shape& xs, const AttributeMap& attrs, const Shape& ys) {
+  SCOPED_TRACE(::testing::Message() << "X " << shape_str(xs));
+  Graph g = input_graph({{"dp", DType::kFloat32}, {"y", DType::kFloat32}}, "dz");
+  g.nodes.push_back(make_node(kOmtDomain, "MaxPoolGrad", {"dp", "y"}, {"da"}, attrs));
+  g.nodes.push_back(make_node(kOmtDomain, "ReluGrad", {"da", "y"}, {"dz"}));
+  NamedTensors feeds;
+  feeds.set("dp", random_tensor(ys, 4));
+  feeds.set("y", awkward_activations(xs, 5));
+  const Tensor want = run_graph(g, feeds);
+  Graph fused = g;
+  EXPECT_EQ(fuse_graph(fused, {}, cpu_supports()).maxpool_relu_grad, 1);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].op_type, "MaxPoolReluGrad");
+  EXPECT_TRUE(tensors_identical(run_graph(fused, feeds), want));
+}
+
+TEST(MaxPoolReluGrad, TwoByTwoEqualsPoolGradThenReluGrad) {
+  const AttributeMap a = pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0});
+  expect_pool_relu_grad_fuses({2, 3, 6, 10}, a, {2, 3, 3, 5});
+  expect_pool_relu_grad_fuses({2, 3, 9, 13}, a, {2, 3, 4, 6});   // odd: last row and column unused
+  expect_pool_relu_grad_fuses({1, 2, 26, 26}, a, {1, 2, 13, 13});  // the CNN's conv1 geometry
+}
+
+TEST(MaxPoolReluGrad, OverlappingPaddedWindowsEqualPoolGradThenReluGrad) {
+  expect_pool_relu_grad_fuses({2, 2, 7, 8}, pool_attrs({3, 3}, {2, 2}, {1, 1, 1, 1}), {2, 2, 4, 4});
+}
+
+TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
+  for (const Shape& xs : {Shape{2, 3, 6, 10}, Shape{1, 4, 9, 17}, Shape{3, 1, 2, 8}, Shape{1, 1, 5, 3}}) {
+    SCOPED_TRACE(shape_str(xs));
+    const Shape ys = {xs[0], xs[1], xs[2] / 2, xs[3] / 2};
+    const Tensor x = awkward_activations(xs, 6), dy = random_tensor(ys, 7);
+    for (const char* op : {"MaxPoolGrad", "MaxPoolReluGrad"}) {
+      Graph g = input_graph({{"dp", DType::kFloat32}, {"y", DType::kFloat32}}, "dx");
+      g.nodes.push_back(make_node(kOmtDomain, op, {"dp", "y"}, {"dx"}, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0})));
+      NamedTensors feeds;
+      feeds.set("dp", dy);
+      feeds.set("y", x);
+      EXPECT_TRUE(tensors_identical(run_graph(g, feeds),
+                                    reference_pool_grad_2x2(x, dy, std::string(op) == "MaxPoolReluGrad")))
+          << op;
+    }
+  }
+}
+
+// ---- what the pass may fuse ----------------------------------------------------------------
+
+TEST(FuseGraph, LeavesValuesThatOthersNeed) {
+  auto conv_relu = [] {
+    Graph g = input_graph({{"x", DType::kFloat32}, {"w", DType::kFloat32}}, "y");
+    g.nodes.push_back(make_node("", "Conv", {"x", "w"}, {"z"}));
+    g.nodes.push_back(make_node("", "Relu", {"z"}, {"y"}));
+    return g;
+  };
+  Graph g = conv_relu();
+  g.nodes.push_back(make_node("", "Neg", {"z"}, {"nz"}));  // z has a second reader
+  EXPECT_EQ(fuse_graph(g, {}, cpu_supports()).total(), 0);
+
+  g = conv_relu();
+  g.outputs.push_back(ValueInfo{"z", DType::kUndefined, {}});  // z is a graph output
+  EXPECT_EQ(fuse_graph(g, {}, cpu_supports()).total(), 0);
+
+  g = conv_relu();
+  EXPECT_EQ(fuse_graph(g, {"z"}, cpu_supports()).total(), 0);  // z must be kept
+
+  g = conv_relu();
+  EXPECT_EQ(fuse_graph(g, {}, [](const std::string&, const std::string&) { return false; }).total(), 0);
+  EXPECT_EQ(fuse_graph(g, {}, nullptr).total(), 0);
+  EXPECT_EQ(g.nodes.size(), 2u);
+
+  // ReluGrad masking with another tensor than the one the pool read: not the fused op's meaning.
+  Graph p = input_graph({{"dp", DType::kFloat32}, {"y", DType::kFloat32}, {"other", DType::kFloat32}}, "dz");
+  p.nodes.push_back(make_node(kOmtDomain, "MaxPoolGrad", {"dp", "y"}, {"da"}, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0})));
+  p.nodes.push_back(make_node(kOmtDomain, "ReluGrad", {"da", "other"}, {"dz"}));
+  EXPECT_EQ(fuse_graph(p, {}, cpu_supports()).total(), 0);
+}
+
+}  // namespace
+}  // namespace omt::test
