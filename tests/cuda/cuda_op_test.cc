@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -321,6 +322,142 @@ std::vector<OpCase> all_cases() {
                             uniform({33, 4}, 169, 0.f, 1.f)},
                            {}, 3, 1e-5, 1e-6});
   }
+  // Softmax family (cuDNN channel mode over [outer, n, inner]).
+  for (int64_t axis : {int64_t{1}, int64_t{-1}}) {
+    AttributeMap a;
+    a.set("axis", axis);
+    const std::string sfx = axis == 1 ? "_axis1" : "_last";
+    cases.push_back(OpCase{"Softmax" + sfx, "Softmax", "", a, {uniform({3, 4, 5}, 171, -3.f, 3.f)}, {}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"LogSoftmax" + sfx, "LogSoftmax", "", a, {uniform({3, 4, 5}, 172, -3.f, 3.f)}, {}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"SoftmaxGrad" + sfx, "SoftmaxGrad", kMirror, a,
+                           {uniform({3, 4, 5}, 173), uniform({3, 4, 5}, 174, 0.f, 1.f)}, {}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"LogSoftmaxGrad" + sfx, "LogSoftmaxGrad", kMirror, a,
+                           {uniform({3, 4, 5}, 175), uniform({3, 4, 5}, 176, -3.f, 0.f)}, {}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"Hardmax" + sfx, "Hardmax", "", a, {uniform({3, 4, 5}, 177)}, {}, 1});
+  }
+  cases.push_back(OpCase{"Softmax_wide", "Softmax", "", {}, {uniform({4, 1000}, 178, -5.f, 5.f)}, {}, 1, 1e-5, 1e-7});
+
+  // Normalisation (double statistics on both backends).
+  {
+    const Shape x{4, 3, 5, 5};
+    const std::vector<Tensor> bn_in = {uniform(x, 181, -2.f, 3.f), uniform({3}, 182, 0.5f, 1.5f), uniform({3}, 183),
+                                       uniform({3}, 184), uniform({3}, 185, 0.5f, 2.f)};
+    cases.push_back(OpCase{"BatchNormalization", "BatchNormalization", "", {}, bn_in, {false, true, true, true, true}, 1,
+                           1e-5, 1e-5});
+    AttributeMap t;
+    t.set("training_mode", int64_t{1});
+    t.set("momentum", 0.8f);
+    cases.push_back(OpCase{"BatchNormalization_training", "BatchNormalization", "", t, bn_in, {}, 3, 1e-5, 1e-5});
+    AttributeMap m;
+    m.set("momentum", 0.7f);
+    m.set("epsilon", 1e-3f);
+    cases.push_back(OpCase{"BatchNormTraining", "BatchNormTraining", kMirror, m, bn_in, {}, 5, 1e-5, 1e-5});
+    cases.push_back(OpCase{"BatchNormTraining_2d", "BatchNormTraining", kMirror, {},
+                           {uniform({16, 6}, 186), uniform({6}, 187), uniform({6}, 188), uniform({6}, 189),
+                            uniform({6}, 190, 0.5f, 2.f)},
+                           {}, 5, 1e-5, 1e-5});
+    cases.push_back(OpCase{"BatchNormTrainingGrad", "BatchNormTrainingGrad", kMirror, {},
+                           {uniform(x, 191), bn_in[0], bn_in[1], uniform({3}, 192), uniform({3}, 193, 0.5f, 2.f)}, {},
+                           3, 1e-4, 1e-5});
+    cases.push_back(OpCase{"BatchNormTrainingGrad_recomputed", "BatchNormTrainingGrad", kMirror, m,
+                           {uniform(x, 194), bn_in[0], bn_in[1]}, {}, 3, 1e-4, 1e-5});
+    cases.push_back(OpCase{"BatchNormInferenceGrad", "BatchNormInferenceGrad", kMirror, {},
+                           {uniform(x, 195), bn_in[0], bn_in[1], bn_in[3], bn_in[4]}, {}, 5, 1e-4, 1e-5});
+    cases.push_back(OpCase{"InstanceNormalization", "InstanceNormalization", "", {},
+                           {uniform(x, 196, -1.f, 2.f), uniform({3}, 197), uniform({3}, 198)}, {}, 1, 1e-5, 1e-5});
+  }
+  {
+    const Shape x{2, 3, 8};
+    cases.push_back(OpCase{"LayerNormalization", "LayerNormalization", "", {},
+                           {uniform(x, 201, -2.f, 3.f), uniform({8}, 202), uniform({8}, 203)}, {false, true, true}, 3,
+                           1e-5, 1e-5});
+    AttributeMap b;
+    b.set("axis", int64_t{1});
+    b.set("stash_type", int64_t{11});
+    b.set("epsilon", 1e-3f);
+    cases.push_back(OpCase{"LayerNormalization_axis1_broadcast_double_stash", "LayerNormalization", "", b,
+                           {uniform(x, 204), uniform({1, 8}, 205)}, {}, 3, 1e-5, 1e-5});
+    cases.push_back(OpCase{"LayerNormalizationGrad", "LayerNormalizationGrad", kMirror, {},
+                           {uniform(x, 206), uniform(x, 207), uniform({8}, 208), uniform({2, 3, 1}, 209),
+                            uniform({2, 3, 1}, 210, 0.5f, 2.f), uniform({8}, 211)},
+                           {}, 3, 1e-4, 1e-5});
+    cases.push_back(OpCase{"LayerNormalizationGrad_recomputed_broadcast", "LayerNormalizationGrad", kMirror, b,
+                           {uniform(x, 212), uniform(x, 213), uniform({1, 8}, 214), Tensor(), Tensor(), uniform({8}, 215)},
+                           {}, 3, 1e-4, 1e-5});
+  }
+
+  // Casts between plain numeric dtypes and bool (values each conversion represents exactly
+  // or truncates the same way on both backends).
+  {
+    Tensor f = uniform({4, 6}, 221, -100.f, 100.f);
+    for (int i = 0; i < 24; i += 5) f.data<float>()[i] = 0.f;
+    Tensor pos = uniform({4, 6}, 222, 0.f, 250.f);
+    Tensor i64 = Tensor::from_vector<int64_t>({-7, 0, 3, 1 << 20, -(1 << 20), 42}, {2, 3});
+    Tensor b = Tensor::empty(DType::kBool, {5});
+    for (int i = 0; i < 5; ++i) b.data<bool>()[i] = i % 2 == 1;
+    Tensor d = Tensor::empty(DType::kFloat64, {7});
+    for (int i = 0; i < 7; ++i) d.data<double>()[i] = 0.1 * i - 0.35;
+    auto cast = [&](const std::string& name, const Tensor& in, DType to) {
+      AttributeMap a;
+      a.set("to", static_cast<int64_t>(to));
+      cases.push_back(OpCase{"Cast_" + name, "Cast", "", a, {in}, {}, 1, 0.0, 0.0});
+    };
+    cast("float_int32", f, DType::kInt32);
+    cast("float_int64", f, DType::kInt64);
+    cast("float_uint8", pos, DType::kUInt8);
+    cast("float_bool", f, DType::kBool);
+    cast("float_double", f, DType::kFloat64);
+    cast("float_float", f, DType::kFloat32);
+    cast("double_float", d, DType::kFloat32);
+    cast("int64_float", i64, DType::kFloat32);
+    cast("int64_int32", i64, DType::kInt32);
+    cast("int64_uint16", Tensor::from_vector<int64_t>({0, 1, 65535, 300}, {4}), DType::kUInt16);
+    cast("bool_float", b, DType::kFloat32);
+    cast("bool_int64", b, DType::kInt64);
+    cast("int8_double", Tensor::from_vector<int8_t>({-128, -1, 0, 5, 127}, {5}), DType::kFloat64);
+    cases.push_back(OpCase{"CastLike", "CastLike", "", {}, {f, i64}, {false, true}, 1, 0.0, 0.0});
+  }
+
+  // Gradients of reductions and data movement (the Transformer's and GRU's backward).
+  {
+    cases.push_back(OpCase{"ReduceSumGrad", "ReduceSumGrad", kMirror, {},
+                           {uniform({4, 1, 6}, 251), uniform({4, 5, 6}, 252), ints({1})}, {false, false, true}, 1});
+    AttributeMap a;
+    a.set("axes", std::vector<int64_t>{0, 2});
+    a.set("keepdims", int64_t{0});
+    cases.push_back(OpCase{"ReduceMeanGrad", "ReduceMeanGrad", kMirror, a, {uniform({5}, 253), uniform({4, 5, 6}, 254)},
+                           {}, 1});
+    cases.push_back(OpCase{"SliceGrad", "SliceGrad", kMirror, {},
+                           {uniform({2, 7, 3}, 255), uniform({6, 7, 8}, 256), ints({1, -1}), ints({5, 0}), ints({0, 2}),
+                            ints({2, -3})},
+                           {false, false, true, true, true, true}, 1});
+    AttributeMap g;
+    g.set("axis", int64_t{1});
+    cases.push_back(OpCase{"GatherGrad", "GatherGrad", kMirror, g,
+                           {uniform({3, 5, 2}, 257), uniform({3, 6, 2}, 258), ints({5, 0, -1, 2, 5})},
+                           {false, false, true}, 1, 1e-5, 1e-6});
+    AttributeMap s;
+    s.set("axis", int64_t{1});
+    cases.push_back(OpCase{"SplitLike", "SplitLike", kMirror, s,
+                           {uniform({2, 6, 4}, 259), uniform({2, 3, 4}, 260), uniform({2, 1, 4}, 261),
+                            uniform({2, 2, 4}, 262)},
+                           {}, 3});
+  }
+
+  // Dropout in inference (identity, all-true mask); training masks are random and checked by
+  // statistics below. DropoutGrad is deterministic given the mask.
+  {
+    cases.push_back(OpCase{"Dropout_inference", "Dropout", "", {}, {uniform({6, 7}, 231), scalar_f(0.3f)}, {}, 2});
+    cases.push_back(OpCase{"Dropout_training_mode_off", "Dropout", "", {},
+                           {uniform({6, 7}, 232), scalar_f(0.3f), Tensor::scalar<bool>(false)}, {false, true, true}, 2});
+    Tensor mask = Tensor::empty(DType::kBool, {6, 7});
+    for (int i = 0; i < 42; ++i) mask.data<bool>()[i] = (i * 7) % 3 != 0;
+    cases.push_back(OpCase{"DropoutGrad", "DropoutGrad", kMirror, {},
+                           {uniform({6, 7}, 233), mask, scalar_f(0.25f), Tensor::scalar<bool>(true)},
+                           {false, false, true, true}, 1});
+    cases.push_back(OpCase{"DropoutGrad_inference", "DropoutGrad", kMirror, {},
+                           {uniform({6, 7}, 234), mask, scalar_f(0.25f)}, {}, 1});
+  }
   return cases;
 }
 
@@ -338,6 +475,58 @@ TEST_P(CudaOpTest, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(AllCudaKernels, CudaOpTest, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+// Dropout in training draws its mask on the device (Philox), so it is checked by statistics:
+// about 1 - ratio of the elements kept, kept ones scaled by 1/(1-ratio), dropped ones 0, a
+// fresh mask on the next run, and DropoutGrad on the GPU agreeing with the CPU's for that mask.
+TEST(CudaDropout, TrainingMaskStatisticsAndGradient) {
+  OMT_SKIP_WITHOUT_CUDA();
+  const float ratio = 0.3f;
+  const int64_t n = 1 << 16;
+  AttributeMap a;
+  a.set("seed", int64_t{7});
+  OpCase c{"Dropout_training", "Dropout", "", a,
+           {uniform({n}, 241, 0.5f, 1.5f), scalar_f(ratio), Tensor::scalar<bool>(true)}, {false, true, true}, 2};
+  SessionOptions opt;
+  opt.device = "cuda";
+  Session s(one_node_model(c), opt);
+  NamedTensors feeds;
+  feeds.set("x0", c.inputs[0].clone());
+  std::vector<Tensor> masks;
+  for (int run = 0; run < 2; ++run) {
+    NamedTensors out = s.run(feeds);
+    const Tensor y = to_host(out.at("y0"));
+    const Tensor mask = to_host(out.at("y1"));
+    ASSERT_EQ(mask.dtype(), DType::kBool);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = c.inputs[0].data<float>()[i];
+      const float want = mask.data<bool>()[i] ? x / (1.f - ratio) : 0.f;
+      ASSERT_NEAR(y.data<float>()[i], want, 1e-6f * std::fabs(want)) << "element " << i << " of run " << run;
+      kept += mask.data<bool>()[i] ? 1 : 0;
+    }
+    // 1 - ratio = 0.7; the binomial standard deviation over 65536 draws is ~0.0018.
+    EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - ratio, 0.01) << "run " << run;
+    masks.push_back(mask);
+  }
+  EXPECT_FALSE(test::tensors_identical(masks[0], masks[1])) << "the second run reused the first run's mask";
+
+  OpCase g{"DropoutGrad_random_mask", "DropoutGrad", kMirror, {},
+           {uniform({n}, 242), masks[0], scalar_f(ratio), Tensor::scalar<bool>(true)}, {false, false, true, true}, 1};
+  EXPECT_TRUE(test::tensors_close(run_case(g, "cuda").at("y0"), run_case(g, "cpu").at("y0"), 1e-6, 0.0));
+}
+
+// Runs without a device: every case is a valid node for the reference (CPU) backend, so a
+// case cannot fail on a GPU machine for a reason of its own.
+TEST(CudaOpCoverage, EveryCaseRunsOnCpu) {
+  for (const auto& c : all_cases()) {
+    try {
+      run_case(c, "cpu");
+    } catch (const Error& e) {
+      ADD_FAILURE() << c.name << " fails on the CPU backend: " << e.what();
+    }
+  }
+}
 
 // Runs without a device: every registered CUDA kernel has a case above, and every case's op
 // has a CUDA kernel.
