@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -36,6 +37,16 @@ int64_t ReplicaBatch::size() const {
 //  3. the driver thread averages BatchNorm statistics over replicas and sums the loss.
 // Every wait has the trainer's timeout and wakes at once when another replica fails.
 
+// Note [Sliced update]: when every update node is an elementwise optimizer (com.onnx-mirror
+// SGD or Adam) and there are several local replicas, the replicas share one copy of the
+// parameters and optimizer state, and replica r updates only slice r of each of them: the
+// elements [n*r/R, n*(r+1)/R) of the flattened tensor, fed as 1-D views into an update graph
+// whose parameter-shaped values are declared with those lengths. The optimizer kernels update
+// their inputs in place (Note [in place] in optimizers_torch.cc), so the shared tensors hold
+// the new values with no copy. Before updating, a replica waits until every local replica has
+// finished its backward graph, which reads the parameters. Otherwise (R == 1, or another
+// optimizer op) each replica keeps its own copy and runs the whole update.
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -63,6 +74,44 @@ void pin_to_cores(int first, int count) {
   sched_setaffinity(0, sizeof set, &set);  // best effort: a restricted cpuset just says no
 }
 
+// Elements [begin, end) of n that local replica r of R updates (Note [Sliced update]).
+std::pair<int64_t, int64_t> slice_bounds(int64_t n, int r, int R) { return {n * r / R, n * (r + 1) / R}; }
+
+// Whether every update node is an elementwise optimizer and every optimizer state belongs to
+// a parameter (Note [Sliced update]).
+bool sliceable_update(const MirrorPlan& plan, const TrainingGraph& tg) {
+  for (const auto& n : plan.update.graph.nodes)
+    if (n.domain != "com.onnx-mirror" || (n.op_type != "SGD" && n.op_type != "Adam")) return false;
+  for (const auto& st : tg.states) {
+    const bool batchnorm = st.kind == "running_mean" || st.kind == "running_var";
+    bool owned = false;
+    for (const auto& p : tg.params) owned |= p.name == st.param;
+    if (!batchnorm && !owned) return false;
+  }
+  return true;
+}
+
+// The update graph of local replica r with every parameter-shaped value (parameter, gradient,
+// optimizer state, and their new values) declared as the 1-D slice r of it.
+Model sliced_update_model(const MirrorPlan& plan, const TrainingGraph& tg, int r, int R) {
+  std::map<std::string, int64_t> length;  // value -> elements in slice r
+  for (size_t k = 0; k < tg.params.size(); ++k) {
+    const ValueInfo* vi = plan.update.graph.find_input(tg.params[k].name);
+    OMT_ASSERT(vi && vi->shape, "parameter '", tg.params[k].name, "' has no static shape");
+    int64_t n = 1;
+    for (const auto& d : *vi->shape) n *= d.value;
+    const auto [begin, end] = slice_bounds(n, r, R);
+    for (const auto& name : {tg.params[k].name, plan.grads[k], tg.params[k].updated}) length[name] = end - begin;
+    for (const auto& st : tg.states)
+      if (st.param == tg.params[k].name) length[st.name] = length[st.updated] = end - begin;
+  }
+  Model m = plan.update;
+  for (auto* values : {&m.graph.inputs, &m.graph.outputs})
+    for (auto& v : *values)
+      if (length.count(v.name)) v.shape = std::vector<Dim>{Dim{length[v.name], ""}};
+  return m;
+}
+
 }  // namespace
 
 struct MirroredTrainer::Impl {
@@ -76,6 +125,7 @@ struct MirroredTrainer::Impl {
   struct Replica {
     std::unique_ptr<Session> backward, update;
     NamedTensors params, state;
+    NamedTensors update_feeds;  // sliced update: views of this replica's slices, built once
     std::vector<Tensor> buckets;
     std::vector<Tensor> grad_views;  // per parameter: its slot in its bucket (built once)
     std::vector<TraceEvent> events;
@@ -91,6 +141,7 @@ struct MirroredTrainer::Impl {
   int R = 1;
   std::vector<Replica> reps;
   std::vector<std::vector<int>> ready_after;  // backward node -> buckets finished by it
+  bool sliced = false;                        // Note [Sliced update]
   int64_t steps = 0;
   Clock::time_point origin = Clock::now();
 
@@ -98,6 +149,7 @@ struct MirroredTrainer::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<BucketSync> sync;
+  int backward_done = 0;  // local replicas past their backward graph (Note [Sliced update])
   bool aborted = false;
   std::exception_ptr first_error;
   double comm_ms = 0;  // guarded by mu
@@ -117,12 +169,36 @@ struct MirroredTrainer::Impl {
   // Stores a new value of replica r's parameter or state `name`: in place into shared storage
   // (Note [Shared parameters] in mirrored_trainer.h), otherwise by taking the new handle.
   void store(int r, const std::string& name, Tensor& slot, const Tensor& value) const {
-    if (r != 0 || !opt.shared_parameters.has(name)) {
+    const bool shared_by_replicas = sliced && !is_batchnorm_state(name);
+    if (shared_by_replicas && r != 0) return;  // replica 0's tensor, written below
+    if (!shared_by_replicas && (r != 0 || !opt.shared_parameters.has(name))) {
       slot = value;
       return;
     }
     OMT_ASSERT(value.nbytes() == slot.nbytes(), "shared parameter '", name, "' changed size");
     if (!slot.same_storage(value)) std::memcpy(slot.raw(), value.raw(), slot.nbytes());
+  }
+
+  bool is_batchnorm_state(const std::string& name) const {
+    return std::find(plan.batchnorm_states.begin(), plan.batchnorm_states.end(), name) != plan.batchnorm_states.end();
+  }
+
+  // Waits until every local replica has finished its backward graph (Note [Sliced update]).
+  void wait_backward_done(int r) {
+    const double t0 = now_us();
+    std::unique_lock<std::mutex> lock(mu);
+    if (++backward_done == R) cv.notify_all();
+    const auto deadline = Clock::now() + opt.timeout;
+    while (backward_done < R) {
+      if (aborted) throw_aborted();
+      if (cv.wait_until(lock, deadline) == std::cv_status::timeout && backward_done < R)
+        OMT_FAIL(kCommunication, "replica ", r, " waited ", opt.timeout.count() / 1000.0, " s for the other ",
+                 "replicas to finish backward (", backward_done, " of ", R, " did); a replica is stuck");
+    }
+    if (aborted) throw_aborted();
+    const double t1 = now_us();
+    reps[r].exposed_ms += (t1 - t0) / 1000.0;
+    if (opt.trace && t1 - t0 > 1) reps[r].events.push_back({"wait backward", "wait", t0, t1 - t0, r});
   }
 
   double now_us() const { return std::chrono::duration<double, std::micro>(Clock::now() - origin).count(); }
@@ -242,17 +318,24 @@ struct MirroredTrainer::Impl {
       up_hooks.after_node = [&](int j) {
         rep.events.push_back({rep.update->node(j).name, "kernel", kernel_start, now_us() - kernel_start, r});
       };
-    NamedTensors f;
-    f.set(tg.lr, Tensor::scalar<float>(lr));
-    f.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
-    for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
-    for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], reps[0].grad_views[k]);
-    for (const auto& s : tg.states)
-      if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
-    NamedTensors out = rep.update->run(f, &up_hooks);
-    for (const auto& p : tg.params) store(r, p.name, rep.params.at(p.name), out.at(p.updated));
-    for (const auto& s : tg.states)
-      if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
+    if (sliced) {
+      wait_backward_done(r);
+      rep.update_feeds.set(tg.lr, Tensor::scalar<float>(lr));
+      rep.update_feeds.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
+      rep.update->run(rep.update_feeds, &up_hooks);  // in place into the shared slices
+    } else {
+      NamedTensors f;
+      f.set(tg.lr, Tensor::scalar<float>(lr));
+      f.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
+      for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
+      for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], reps[0].grad_views[k]);
+      for (const auto& s : tg.states)
+        if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
+      NamedTensors out = rep.update->run(f, &up_hooks);
+      for (const auto& p : tg.params) store(r, p.name, rep.params.at(p.name), out.at(p.updated));
+      for (const auto& s : tg.states)
+        if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
+    }
     const double end = now_us();
     rep.compute_ms = (end - start) / 1000.0 - rep.exposed_ms;
     (void)backward_end;
@@ -317,17 +400,21 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
               init ? "has " + init->describe() : std::string("has no such initializer"),
               "; share only the model's own initializers");
   }
+  m.sliced = m.R > 1 && sliceable_update(m.plan, m.tg);
   m.reps.resize(static_cast<size_t>(m.R));
   for (size_t r = 0; r < m.reps.size(); ++r) {
     Impl::Replica& rep = m.reps[r];
-    auto start = [&](const std::string& name, const Tensor& fallback) {
+    auto start = [&](const std::string& name, const Tensor& fallback, bool replica_shared) {
+      if (replica_shared && r > 0) return m.reps[0].params.has(name) ? m.reps[0].params.at(name) : m.reps[0].state.at(name);
       if (!shared.has(name)) return fallback.clone();
       return r == 0 ? shared.at(name) : shared.at(name).clone();
     };
     rep.backward = std::make_unique<Session>(backward, so);
-    rep.update = std::make_unique<Session>(update, so);
-    for (const auto& p : m.tg.params) rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name)));
-    for (const auto& st : m.tg.states) rep.state.set(st.name, start(st.name, st.initial));
+    rep.update = std::make_unique<Session>(
+        m.sliced ? std::make_shared<const Model>(sliced_update_model(m.plan, m.tg, static_cast<int>(r), m.R)) : update, so);
+    for (const auto& p : m.tg.params)
+      rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name), m.sliced));
+    for (const auto& st : m.tg.states) rep.state.set(st.name, start(st.name, st.initial, m.sliced && !m.is_batchnorm_state(st.name)));
     for (const auto& b : m.plan.buckets.buckets) rep.buckets.push_back(Tensor::zeros(DType::kFloat32, {b.elements}));
     std::map<std::string, Tensor> views;
     for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
@@ -339,12 +426,28 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       }
     for (const auto& p : m.tg.params) rep.grad_views.push_back(views.at(p.name));
   }
+  if (m.sliced)  // views of each replica's slices of the shared tensors and of the reduced gradients
+    for (int r = 0; r < m.R; ++r) {
+      NamedTensors& f = m.reps[r].update_feeds;
+      auto slice = [&](const Tensor& t) {
+        const auto [begin, end] = slice_bounds(t.numel(), r, m.R);
+        return Tensor::wrap(DType::kFloat32, {end - begin}, const_cast<float*>(t.data<float>()) + begin,
+                            std::make_shared<Tensor>(t));
+      };
+      for (size_t k = 0; k < m.tg.params.size(); ++k) {
+        f.set(m.tg.params[k].name, slice(m.reps[0].params.at(m.tg.params[k].name)));
+        f.set(m.plan.grads[k], slice(m.reps[0].grad_views[k]));
+      }
+      for (const auto& st : m.tg.states)
+        if (!m.is_batchnorm_state(st.name)) f.set(st.name, slice(m.reps[0].state.at(st.name)));
+    }
   // Parameters start equal everywhere: broadcast process 0's (MirroredStrategy semantics).
   if (m.opt.comm && m.opt.comm->size() > 1) {
     for (const auto& p : m.tg.params) {
       Tensor& t = m.reps[0].params.at(p.name);
       m.opt.comm->broadcast(t.raw(), static_cast<size_t>(t.numel()), t.dtype(), 0)->wait(m.opt.timeout);
-      for (int r = 1; r < m.R; ++r) std::memcpy(m.reps[r].params.at(p.name).raw(), t.raw(), t.nbytes());
+      for (int r = 1; r < m.R; ++r)
+        if (!m.reps[r].params.at(p.name).same_storage(t)) std::memcpy(m.reps[r].params.at(p.name).raw(), t.raw(), t.nbytes());
     }
   }
   for (int r = 0; r < m.R; ++r) m.threads.emplace_back([this, r] { impl_->thread_main(r); });
@@ -376,6 +479,7 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.sync.assign(m.plan.buckets.buckets.size(), Impl::BucketSync());
+    m.backward_done = 0;
     m.aborted = false;
     m.first_error = nullptr;
     m.comm_ms = 0;
