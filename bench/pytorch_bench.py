@@ -217,7 +217,7 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: whole epochs)")
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the median")
     p.add_argument("--global-batch", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", choices=["omt", "torch"], default="omt",

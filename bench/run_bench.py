@@ -137,7 +137,7 @@ def main():
     p.add_argument("--mlp-epochs", type=int, default=1)
     p.add_argument("--cnn-epochs", type=int, default=1)
     p.add_argument("--global-batch", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--openblas", default="", help="folder with OpenBLAS's libblas.so.3 for extra PyTorch runs")
     p.add_argument("--nproc", action="store_true", help="also run onnx-mirror as 2 processes x 1 replica")

@@ -1,7 +1,14 @@
 #include "runtime/fit.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -29,6 +36,109 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   for (size_t i = 0; i < rows.size(); ++i) std::memcpy(dst + i * row, src + rows[i] * row, row);
   return out;
 }
+
+// Note [Prefetching loader]: while the replicas run step s, a loader thread gathers the rows
+// of step s+1's shards, so the driver hands the next batch over at once. The thread runs
+// under SCHED_IDLE: it gets a core only when no replica thread wants one (replicas waiting for
+// a bucket or for the next step), so on a machine with one core per replica it does not slow
+// them down. It prepares one step ahead, in the order EpochSampler::next gives; a request for
+// another position (never, in fit's loop) is gathered on the caller's thread.
+struct PreparedStep {
+  SamplerPosition pos{-1, -1};
+  int64_t global_samples = 0;
+  std::vector<ReplicaBatch> shards;
+};
+
+class BatchPrefetcher {
+ public:
+  BatchPrefetcher(const EpochSampler& sampler, const Tensor& x, const Tensor& y, std::string input,
+                  int local_replicas, int first_global_replica)
+      : sampler_(sampler), x_(x), y_(y), input_(std::move(input)), local_(local_replicas),
+        first_(first_global_replica), thread_([this] { loop(); }) {}
+
+  ~BatchPrefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // The shards of step `pos`; starts gathering the step after it.
+  PreparedStep take(const SamplerPosition& pos) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!(want_.epoch == pos.epoch && want_.step == pos.step)) {  // not what was asked ahead
+      want_ = pos;
+      ready_ = false;
+      cv_.notify_all();
+    }
+    cv_.wait(lock, [&] { return ready_ || error_; });
+    if (error_) std::rethrow_exception(error_);
+    PreparedStep out = std::move(next_);
+    ready_ = false;
+    want_ = sampler_.next(pos);
+    cv_.notify_all();
+    return out;
+  }
+
+ private:
+  PreparedStep prepare(const SamplerPosition& pos) const {
+    const GlobalBatch gb = sampler_.batch(pos.epoch, pos.step);
+    PreparedStep p;
+    p.pos = pos;
+    p.global_samples = gb.size();
+    p.shards.resize(static_cast<size_t>(local_));
+    for (int r = 0; r < local_; ++r) {
+      const auto rows = sampler_.shard(gb, first_ + r);
+      p.shards[r].inputs.set(input_, gather_rows(x_, rows));
+      p.shards[r].labels = gather_rows(y_, rows);
+    }
+    return p;
+  }
+
+  void loop() {
+    sched_param none{};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);  // best effort (Note [Prefetching loader])
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || (want_.epoch >= 0 && !ready_ && !error_); });
+      if (stopping_) return;
+      const SamplerPosition pos = want_;
+      if (pos.step >= sampler_.steps_per_epoch()) {  // past the data: nothing to prepare
+        want_ = {-1, -1};
+        continue;
+      }
+      lock.unlock();
+      PreparedStep p;
+      std::exception_ptr error;
+      try {
+        p = prepare(pos);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (!(want_.epoch == pos.epoch && want_.step == pos.step)) continue;  // asked for another meanwhile
+      if (error) error_ = error;
+      next_ = std::move(p);
+      ready_ = !error;
+      cv_.notify_all();
+    }
+  }
+
+  const EpochSampler& sampler_;
+  const Tensor& x_;
+  const Tensor& y_;
+  const std::string input_;
+  const int local_, first_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  SamplerPosition want_{-1, -1};
+  PreparedStep next_;
+  bool ready_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts after the members it uses
+};
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   if (!logits.defined() || logits.dtype() != DType::kFloat32 || logits.rank() != 2) return 0;
@@ -186,6 +296,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
         << ", " << spe << " steps per epoch, " << trainer.plan().buckets.buckets.size() << " gradient bucket(s)"
         << (o.mirror.overlap ? "" : ", no overlap") << "\n";
 
+  BatchPrefetcher loader(sampler, x, y, input.name, trainer.local_replicas(), trainer.first_global_replica());
   std::vector<double> rates;
   bool stop = false;
   SamplerPosition next_pos = pos;  // where the next step would start
@@ -199,15 +310,11 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     if (leader) bar = std::make_unique<ProgressBar>(e + 1, epochs, last - first);
     float lr_now = o.lr;
     for (int64_t s = first; s < last; ++s) {
-      const GlobalBatch gb = sampler.batch(e, s);
-      std::vector<ReplicaBatch> shards(static_cast<size_t>(trainer.local_replicas()));
-      for (int r = 0; r < trainer.local_replicas(); ++r) {
-        const auto rows = sampler.shard(gb, trainer.first_global_replica() + r);
-        shards[r].inputs.set(input.name, gather_rows(x, rows));
-        shards[r].labels = gather_rows(y, rows);
-      }
+      const PreparedStep prepared = loader.take({e, s});
+      const std::vector<ReplicaBatch>& shards = prepared.shards;
+      const int64_t global_samples = prepared.global_samples;
       lr_now = schedule.lr_at(step, e, spe, total);
-      const MirroredStepResult res = trainer.step(shards, gb.size(), lr_now);
+      const MirroredStepResult res = trainer.step(shards, global_samples, lr_now);
       ++step;
       ++steps_in_epoch;
       if (!std::isfinite(res.loss)) {
@@ -221,17 +328,17 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
                  result.last_checkpoint.empty() ? std::string(". ") : ". The last good checkpoint is " + result.last_checkpoint + ". ",
                  "Lower --lr, normalise the inputs, or check the data for NaN.");
       }
-      loss_sum += res.loss * static_cast<double>(gb.size());
-      samples += gb.size();
+      loss_sum += res.loss * static_cast<double>(global_samples);
+      samples += global_samples;
       for (int r = 0; r < trainer.local_replicas(); ++r)
         if (shards[r].size() && res.outputs[r].size())
           correct += count_correct(res.outputs[r].at(res.outputs[r].names()[0]), shards[r].labels);
-      if (res.timing.step_ms > 0) rates.push_back(static_cast<double>(gb.size()) / (res.timing.step_ms / 1000.0));
+      if (res.timing.step_ms > 0) rates.push_back(static_cast<double>(global_samples) / (res.timing.step_ms / 1000.0));
       StepStats st;
       st.step = step;
       st.epoch = e + 1;
       st.loss = res.loss;
-      st.samples = gb.size();
+      st.samples = global_samples;
       st.seconds = res.timing.step_ms / 1000.0;
       st.lr = lr_now;
       st.compute_ms = res.timing.compute_ms;
