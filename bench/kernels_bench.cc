@@ -192,9 +192,12 @@ double conv_flops(const ConvShape& c, int64_t batch) {
   return 2.0 * batch * c.cout * o * o * c.cin * 9;
 }
 
-void BM_Conv(benchmark::State& st, ConvShape c) {
+// Conv, or (fused) the FusedConv that graph/fusion.h makes of Conv -> Relu in training.
+void BM_Conv(benchmark::State& st, ConvShape c, bool fused) {
   const int64_t batch = st.range(0);
-  OneNode node("", "Conv", conv_attrs(),
+  AttributeMap a = conv_attrs();
+  if (fused) a.set("activation", std::string("Relu"));
+  OneNode node(fused ? "com.onnx-mirror" : "", fused ? "FusedConv" : "Conv", a,
                {random_tensor({batch, c.cin, c.hw, c.hw}, 1), random_tensor({c.cout, c.cin, 3, 3}, 2),
                 random_tensor({c.cout}, 3)},
                {true});
@@ -233,9 +236,10 @@ void BM_MaxPool(benchmark::State& st, ConvShape c) {
   set_bytes(st, 4.0 * batch * c.cout * (h * h + o * o));  // read X, write Y
 }
 
-void BM_MaxPoolGrad(benchmark::State& st, ConvShape c) {
+// MaxPoolGrad, or (fused) MaxPoolReluGrad, which also applies the preceding Relu's gradient.
+void BM_MaxPoolGrad(benchmark::State& st, ConvShape c, bool fused) {
   const int64_t batch = st.range(0), h = c.hw - 2, o = h / 2;
-  OneNode node("com.onnx-mirror", "MaxPoolGrad", pool_attrs(),
+  OneNode node("com.onnx-mirror", fused ? "MaxPoolReluGrad" : "MaxPoolGrad", pool_attrs(),
                {random_tensor({batch, c.cout, o, o}, 1), random_tensor({batch, c.cout, h, h}, 2)}, {true});
   node.run();
   for (auto _ : st) node.run();
@@ -358,13 +362,17 @@ void register_model_benchmarks() {
       benchmark::RegisterBenchmark((std::string("Gemm/") + fc.name + "/" + pass_name[pass]).c_str(), BM_Gemm, fc, pass)
           ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
   for (const ConvShape& c : kConv) {
-    benchmark::RegisterBenchmark((std::string("Conv/") + c.name).c_str(), BM_Conv, c)
+    benchmark::RegisterBenchmark((std::string("Conv/") + c.name).c_str(), BM_Conv, c, false)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("FusedConvRelu/") + c.name).c_str(), BM_Conv, c, true)
         ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark((std::string("ConvGrad/") + c.name).c_str(), BM_ConvGrad, c)
         ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark((std::string("MaxPool/") + c.name).c_str(), BM_MaxPool, c)
         ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
-    benchmark::RegisterBenchmark((std::string("MaxPoolGrad/") + c.name).c_str(), BM_MaxPoolGrad, c)
+    benchmark::RegisterBenchmark((std::string("MaxPoolGrad/") + c.name).c_str(), BM_MaxPoolGrad, c, false)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("MaxPoolReluGrad/") + c.name).c_str(), BM_MaxPoolGrad, c, true)
         ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
   }
 }
