@@ -155,12 +155,13 @@ struct MirroredTrainer::Impl {
   double comm_ms = 0;  // guarded by mu
   std::vector<TraceEvent> comm_events;  // guarded by mu
 
-  // Persistent replica threads.
+  // Persistent threads for local replicas 1..R-1 (Note [Replica 0 on the caller]).
   std::vector<std::thread> threads;
   std::mutex pool_mu;
   std::condition_variable pool_cv, done_cv;
-  uint64_t generation = 0;
-  int running = 0;
+  uint64_t generation = 0;                // guarded by pool_mu
+  std::atomic<uint64_t> published{0};     // generation, for threads spinning before they block
+  std::atomic<int> remaining{0};          // replica threads still in the current step
   bool stopping = false;
   const std::vector<ReplicaBatch>* batches = nullptr;
   int64_t global_samples = 0;
@@ -342,14 +343,21 @@ struct MirroredTrainer::Impl {
   }
 
 
+  bool pinnable() const {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return opt.pin_threads && R * opt.threads_per_replica <= cores;
+  }
+
   void thread_main(int r) {
-    if (opt.pin_threads) {
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      if (R * opt.threads_per_replica <= cores) pin_to_cores(r * opt.threads_per_replica, opt.threads_per_replica);
-    }
+    if (pinnable()) pin_to_cores(r * opt.threads_per_replica, opt.threads_per_replica);
     omp_set_num_threads(opt.threads_per_replica);
     uint64_t seen = 0;
     for (;;) {
+      // Spin briefly on the replica's own core before sleeping: a step usually follows the
+      // previous one within a fraction of a millisecond, less than a futex wake-up costs. Not
+      // when replicas share cores: the spinning would take them from the working ones.
+      const auto spin_until = Clock::now() + (pinnable() ? kSpin : std::chrono::microseconds(0));
+      while (published.load(std::memory_order_acquire) == seen && Clock::now() < spin_until) cpu_relax();
       {
         std::unique_lock<std::mutex> lock(pool_mu);
         pool_cv.wait(lock, [&] { return stopping || generation != seen; });
@@ -361,9 +369,38 @@ struct MirroredTrainer::Impl {
       } catch (...) {
         fail(std::current_exception());
       }
-      std::lock_guard<std::mutex> lock(pool_mu);
-      if (--running == 0) done_cv.notify_all();
+      if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(pool_mu);
+        done_cv.notify_all();
+      }
     }
+  }
+
+  // Note [Replica 0 on the caller]: step() runs local replica 0 on the calling thread, pinned
+  // to replica 0's cores for the step and restored after, and only replicas 1..R-1 have
+  // threads of their own. That removes one thread hand-off from each end of the step; the
+  // other replicas spin briefly (kSpin) before sleeping, and so does the caller while it waits
+  // for them at the end.
+  void run_on_caller() {
+    cpu_set_t saved;
+    const bool pin = pinnable() && sched_getaffinity(0, sizeof saved, &saved) == 0;
+    if (pin) pin_to_cores(0, opt.threads_per_replica);
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(opt.threads_per_replica);
+    try {
+      run_replica(0);
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    omp_set_num_threads(saved_threads);
+    if (pin) sched_setaffinity(0, sizeof saved, &saved);
+  }
+
+  static constexpr std::chrono::microseconds kSpin{300};
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
 };
 
@@ -450,7 +487,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
         if (!m.reps[r].params.at(p.name).same_storage(t)) std::memcpy(m.reps[r].params.at(p.name).raw(), t.raw(), t.nbytes());
     }
   }
-  for (int r = 0; r < m.R; ++r) m.threads.emplace_back([this, r] { impl_->thread_main(r); });
+  for (int r = 1; r < m.R; ++r) m.threads.emplace_back([this, r] { impl_->thread_main(r); });
 }
 
 MirroredTrainer::~MirroredTrainer() {
@@ -489,13 +526,16 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
     m.batches = &local;
     m.global_samples = global_samples;
     m.lr = lr;
-    m.running = m.R;
-    ++m.generation;
+    m.remaining.store(m.R - 1, std::memory_order_relaxed);
+    m.published.store(++m.generation, std::memory_order_release);
   }
   m.pool_cv.notify_all();
+  m.run_on_caller();
+  const auto spin_until = Clock::now() + (m.pinnable() ? Impl::kSpin : std::chrono::microseconds(0));
+  while (m.remaining.load(std::memory_order_acquire) > 0 && Clock::now() < spin_until) Impl::cpu_relax();
   {
     std::unique_lock<std::mutex> lock(m.pool_mu);
-    m.done_cv.wait(lock, [&] { return m.running == 0; });
+    m.done_cv.wait(lock, [&] { return m.remaining.load(std::memory_order_acquire) == 0; });
   }
   if (m.first_error) std::rethrow_exception(m.first_error);
 
