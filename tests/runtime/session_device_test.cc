@@ -5,6 +5,8 @@
 // and bound buffers handled, and other devices' memory refused.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "runtime/session.h"
 
 namespace omt {
@@ -165,7 +167,9 @@ TEST(SessionOnADevice, FeedsUploadOncePerRunInitializersOncePerSession) {
     EXPECT_EQ(s.backend().to_host(out).to_vector<float>(), (std::vector<float>{24, 48, 72, 96}));
     out = Tensor();
     // Note [Buffer reuse]: once warm, nothing is allocated, the upload buffer included.
-    if (run > 0) EXPECT_EQ(counters().allocations - before.allocations, 0) << "run " << run;
+    if (run > 0) {
+      EXPECT_EQ(counters().allocations - before.allocations, 0) << "run " << run;
+    }
   }
 }
 
