@@ -55,6 +55,8 @@ struct Model::Impl {
   // change.
   std::vector<std::unique_ptr<omt::Session>> sessions;
   int threads = 0;
+  std::string device = "cpu";  // LoadOptions::device, device_index
+  int device_index = 0;
 
   // The caller holds `mu` for all of these.
   omt::NamedTensors predict_locked(const omt::NamedTensors& inputs, int replicas, int threads_per_replica);

@@ -50,6 +50,11 @@ Model::~Model() = default;
 Model Model::load(const std::string& path, const LoadOptions& options) {
   return guarded([&] {
     auto impl = std::make_shared<Impl>();
+    impl->device = options.device;
+    impl->device_index = options.device_index;
+    // A device that cannot run here is reported now, before data is loaded (a GPU without a
+    // driver: the CUDA runtime's reason and "use --device cpu").
+    if (!options.build_kernels && options.device != "cpu") omt::get_backend(options.device, options.device_index);
     impl->model = std::make_shared<omt::Model>(omt::load_onnx(path));
     // Build the plan once now, so unsupported ops are reported at load, all at once.
     if (options.build_kernels) impl->predict_locked({}, 1, 1);
@@ -84,6 +89,8 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
     }
     omt::SessionOptions so;
     so.num_threads = threads_per_replica;
+    so.device = device;
+    so.device_index = device_index;
     for (int r = 0; r < replicas; ++r) sessions.push_back(std::make_unique<omt::Session>(plan, so));
     threads = threads_per_replica;
   }
@@ -112,7 +119,10 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
       for (const auto& name : inputs.names())
         feeds.set(name, n == 1 ? inputs.at(name) : omt::slice_rows(inputs.at(name), batch * r / n, batch * (r + 1) / n));
       for (const auto& name : live) feeds.set(name, model->graph.initializers.at(name));
+      // Outputs cross the public API: host tensors (no copy on the CPU).
       results[r] = sessions[r]->run(feeds);
+      for (const auto& name : results[r].names())
+        results[r].at(name) = sessions[r]->backend().to_host(results[r].at(name));
     } catch (...) {
       errors[r] = std::current_exception();
     }

@@ -1,5 +1,6 @@
 // Trainer: a MirroredTrainer whose replica 0 trains the Model's own parameter store (Note
-// [One parameter store] in model.cc); fit runs omt::fit on the same store.
+// [One parameter store] in model.cc); fit runs omt::fit on the same store. On a GPU, a
+// single-replica omt::Trainer instead (Note [Training on a device]).
 #include "onnx_mirror/trainer.h"
 
 #include <algorithm>
@@ -31,6 +32,12 @@ struct Trainer::Impl {
   omt::TrainingSpec spec;
   omt::MirrorOptions mirror;
   std::unique_ptr<omt::MirroredTrainer> mt;
+  // Note [Training on a device]: MirroredTrainer runs on host memory only, so on another
+  // device the Trainer is one replica, an omt::Trainer whose parameters and optimizer state
+  // live on the device. After every step (and resume) the trained parameters and BatchNorm
+  // statistics are downloaded into the store in place, so predict, parameter() and save see
+  // them as on the CPU. fit and several replicas or processes are kUnsupported there for now.
+  std::unique_ptr<omt::Trainer> single;
   float lr = 0;
   int rank = 0, processes = 1;  // this process in its world (join_world)
 
@@ -52,6 +59,33 @@ struct Trainer::Impl {
       shards[r].labels = omt::slice_rows(labels, begin, end);
     }
     return shards;
+  }
+
+  const omt::TrainingGraph& training_graph() const { return single ? single->training_graph() : mt->training_graph(); }
+  int local_replicas() const { return single ? 1 : mt->local_replicas(); }
+
+  // Store entries the trainer writes: trained parameters and BatchNorm running statistics.
+  std::vector<std::string> written() const {
+    std::vector<std::string> out;
+    for (const auto& p : training_graph().params) out.push_back(p.name);
+    if (!single) {
+      for (const auto& s : mt->plan().batchnorm_states) out.push_back(s);
+    } else {
+      for (const auto& s : single->training_graph().states)
+        if (s.kind == "running_mean" || s.kind == "running_var") out.push_back(s.name);
+    }
+    return out;
+  }
+
+  // Note [Training on a device]: the device trainer's values into the store, in place.
+  void download_to_store() {
+    auto& store = model->model->graph.initializers;
+    for (const auto& name : written()) {
+      const omt::Tensor& v = single->parameters().has(name) ? single->parameters().at(name) : single->state().at(name);
+      omt::Tensor& slot = store.at(name);
+      OMT_ASSERT(slot.nbytes() == v.nbytes() && slot.on_host(), "store entry '", name, "' does not fit ", v.describe());
+      single->backend().copy_to_host(v, slot.raw());
+    }
   }
 
   // After fit (its own MirroredTrainer on the same store): replicas 1..N-1 copy the store
@@ -84,8 +118,12 @@ omt::TrainingSpec spec_of(const TrainerOptions& options) {
   spec.optimizer.beta1 = options.beta1;
   spec.optimizer.beta2 = options.beta2;
   spec.optimizer.epsilon = options.epsilon;
-  OMT_CHECK(options.device == "cpu", kUnsupported, "TrainerOptions::device '", options.device,
-            "': this build trains on the CPU only; the CUDA backend is not available yet");
+  const std::vector<std::string> devices = omt::available_backends();
+  if (std::find(devices.begin(), devices.end(), options.device) == devices.end()) {
+    std::string known;
+    for (const auto& d : devices) known += (known.empty() ? "" : ", ") + d;
+    OMT_FAIL(kUnsupported, "TrainerOptions::device '", options.device, "': this build trains on ", known);
+  }
   OMT_CHECK(options.replicas >= 1, kInvalidArgument, "TrainerOptions::replicas must be at least 1, got ",
             options.replicas);
   OMT_CHECK(std::isfinite(options.lr) && options.lr >= 0, kInvalidArgument,
@@ -140,13 +178,22 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     OMT_CHECK(!t.model->has_trainer, kInvalidArgument,
               "this Model already has a Trainer; destroy it before creating another (a Model's "
               "parameters are trained by one Trainer at a time)");
-    // Share the whole store; the trainer adopts the parameters and statistics it trains.
-    t.mirror.shared_parameters = t.model->model->graph.initializers;
-    t.mt = std::make_unique<omt::MirroredTrainer>(t.model->model, t.spec, t.mirror);
-    std::vector<std::string> live;
-    for (const auto& p : t.mt->training_graph().params) live.push_back(p.name);
-    for (const auto& s : t.mt->plan().batchnorm_states) live.push_back(s);
-    t.model->set_live(live);
+    if (options.device != "cpu") {
+      // Note [Training on a device].
+      OMT_CHECK(options.replicas == 1 && t.processes == 1, kUnsupported, "training on ", options.device, " with ",
+                options.replicas, " local replica(s) in a world of ", t.processes,
+                " process(es): data-parallel training (MirroredTrainer) does not run on ", options.device,
+                " yet. Use 1 replica and 1 process there, or device \"cpu\".");
+      omt::SessionOptions so;
+      so.device = options.device;
+      so.num_threads = std::max(1, options.threads_per_replica);
+      t.single = std::make_unique<omt::Trainer>(t.model->model, t.spec, so);
+    } else {
+      // Share the whole store; the trainer adopts the parameters and statistics it trains.
+      t.mirror.shared_parameters = t.model->model->graph.initializers;
+      t.mt = std::make_unique<omt::MirroredTrainer>(t.model->model, t.spec, t.mirror);
+    }
+    t.model->set_live(t.written());
     t.model->has_trainer = true;
   });
 }
@@ -155,6 +202,7 @@ Trainer::~Trainer() {
   if (!impl_ || !impl_->model) return;
   std::lock_guard<std::mutex> lock(impl_->model->mu);
   impl_->mt.reset();
+  impl_->single.reset();
   impl_->model->has_trainer = false;
 }
 
@@ -165,6 +213,13 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
     OMT_CHECK(impl_->processes == 1, kUnsupported, "Trainer::step trains one process; in a world of ",
               impl_->processes, " processes call fit on every rank");
+    if (impl_->single) {
+      OMT_CHECK(labels.defined() && labels.rank() >= 1 && labels.dim(0) > 0, kInvalidArgument,
+                "step needs labels with at least one sample, got ", labels.defined() ? labels.describe() : "nothing");
+      const float loss = impl_->single->step(feeds, to_internal(labels), impl_->lr).loss;
+      impl_->download_to_store();
+      return static_cast<double>(loss);
+    }
     const auto shards = impl_->shard(feeds, to_internal(labels));
     return impl_->mt->step(shards, labels.dim(0), impl_->lr).loss;
   });
@@ -183,6 +238,9 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
   return guarded([&] {
     Impl& t = *impl_;
     std::lock_guard<std::mutex> lock(t.model->mu);
+    OMT_CHECK(!t.single, kUnsupported, "fit on ", t.options.device,
+              ": the training loop runs on the data-parallel trainer (MirroredTrainer), which does not run on ",
+              t.options.device, " yet. Call step() in a loop, or fit with device \"cpu\".");
     omt::FitOptions o;
     o.spec = t.spec;
     o.mirror = t.mirror;  // shared_parameters: fit's replica 0 trains the store too
@@ -270,12 +328,19 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
     omt::NamedTensors feeds;
     for (const auto& [name, x] : inputs) feeds.set(name, to_internal(x));
     std::lock_guard<std::mutex> lock(t.model->mu);
+    omt::NamedTensors grads;
+    Gradients out;
+    if (t.single) {
+      // The device trainer holds the store's values (Note [Training on a device]); its
+      // gradients() updates nothing.
+      out.loss = t.single->gradients(feeds, to_internal(labels), &grads);
+      for (const auto& name : grads.names()) out.gradients.emplace_back(name, to_public(grads.at(name)));
+      return out;
+    }
     // A one-off plan on the store's current values: nothing it computes is written back.
     omt::SessionOptions so;
     so.num_threads = std::max(1, t.options.threads_per_replica);
     omt::Trainer single(t.model->model, t.spec, so);
-    omt::NamedTensors grads;
-    Gradients out;
     out.loss = single.gradients(feeds, to_internal(labels), &grads);
     for (const auto& name : grads.names()) out.gradients.emplace_back(name, to_public(grads.at(name)));
     return out;
@@ -285,22 +350,27 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
 EvalResult Trainer::evaluate(const Tensor& features, const Tensor& labels, int64_t chunk) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
-    return impl_->model->evaluate_locked(to_internal(features), to_internal(labels), impl_->mt->local_replicas(), chunk);
+    return impl_->model->evaluate_locked(to_internal(features), to_internal(labels), impl_->local_replicas(), chunk);
   });
 }
 
 std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) const {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
-    const omt::MirroredTrainer& mt = *impl_->mt;
     omt::Checkpoint ck;
-    ck.model_fingerprint = omt::model_fingerprint(omt::param_signatures(mt.parameters()));
-    ck.params = mt.parameters();
-    ck.state = mt.state();
-    ck.step = mt.steps_done();
+    if (const omt::Trainer* single = impl_->single.get()) {
+      for (const auto& n : single->parameters().names()) ck.params.set(n, single->backend().to_host(single->parameters().at(n)));
+      for (const auto& n : single->state().names()) ck.state.set(n, single->backend().to_host(single->state().at(n)));
+      ck.step = single->steps_done();
+    } else {
+      ck.params = impl_->mt->parameters();
+      ck.state = impl_->mt->state();
+      ck.step = impl_->mt->steps_done();
+    }
+    ck.model_fingerprint = omt::model_fingerprint(omt::param_signatures(ck.params));
     ck.meta["optimizer"] = impl_->options.optimizer;
     ck.meta["lr"] = std::to_string(impl_->lr);
-    ck.meta["replicas"] = std::to_string(mt.local_replicas());
+    ck.meta["replicas"] = std::to_string(impl_->local_replicas());
     return omt::save_checkpoint(dir, ck, keep_last);
   });
 }
@@ -308,8 +378,15 @@ std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) cons
 void Trainer::resume(const std::string& dir_or_file) {
   guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
-    omt::MirroredTrainer& mt = *impl_->mt;
     const omt::Checkpoint ck = omt::load_checkpoint(dir_or_file);
+    if (omt::Trainer* single = impl_->single.get()) {
+      const auto signatures = omt::param_signatures(single->parameters());  // names, dtypes, shapes
+      omt::check_compatible(ck, omt::model_fingerprint(signatures), signatures);
+      single->load(ck.params, ck.state, ck.step);
+      impl_->download_to_store();
+      return;
+    }
+    omt::MirroredTrainer& mt = *impl_->mt;
     const auto signatures = omt::param_signatures(mt.parameters());
     omt::check_compatible(ck, omt::model_fingerprint(signatures), signatures);
     mt.load(ck.params, ck.state, ck.step);
@@ -330,10 +407,10 @@ void Trainer::set_lr(float lr) {
 
 int64_t Trainer::steps_done() const {
   std::lock_guard<std::mutex> lock(impl_->model->mu);
-  return impl_->mt->steps_done();
+  return impl_->single ? impl_->single->steps_done() : impl_->mt->steps_done();
 }
 
-int Trainer::replicas() const { return impl_->mt->local_replicas(); }
+int Trainer::replicas() const { return impl_->local_replicas(); }
 int Trainer::world_size() const { return impl_->processes; }
 int Trainer::rank() const { return impl_->rank; }
 
@@ -350,10 +427,10 @@ World world_from_environment() {
 
 std::vector<std::string> Trainer::trainable() const {
   std::vector<std::string> out;
-  for (const auto& p : impl_->mt->training_graph().params) out.push_back(p.name);
+  for (const auto& p : impl_->training_graph().params) out.push_back(p.name);
   return out;
 }
 
-std::vector<std::string> Trainer::frozen() const { return impl_->mt->training_graph().frozen; }
+std::vector<std::string> Trainer::frozen() const { return impl_->training_graph().frozen; }
 
 }  // namespace onnx_mirror

@@ -1,5 +1,6 @@
 #include "backends/backend.h"
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -16,6 +17,69 @@ const Tensor& KernelContext::in(int i) const {
 }
 
 Tensor Backend::allocate(DType dtype, const Shape& shape) { return Tensor::empty(dtype, shape); }
+
+// ---- memory movement: the CPU implementations (memcpy), overridden by device backends -------
+
+void Backend::copy_from_host(const void* src, Tensor& dst) {
+  OMT_ASSERT(dst.on_host(), name(), " backend: copy_from_host into ", dst.device().str(), " memory");
+  if (dst.nbytes()) std::memcpy(dst.raw(), src, dst.nbytes());
+}
+
+void Backend::copy_to_host(const Tensor& src, void* dst) {
+  OMT_ASSERT(src.on_host(), name(), " backend: copy_to_host from ", src.device().str(), " memory");
+  if (src.nbytes()) std::memcpy(dst, src.raw(), src.nbytes());
+}
+
+void Backend::copy(const Tensor& src, Tensor& dst) {
+  OMT_ASSERT(src.on_host() && dst.on_host() && src.nbytes() == dst.nbytes(), name(), " backend: copy ",
+             src.describe(), " on ", src.device().str(), " to ", dst.describe(), " on ", dst.device().str());
+  if (src.nbytes() && !src.same_storage(dst)) std::memmove(dst.raw(), src.raw(), src.nbytes());
+}
+
+void Backend::fill_zero(Tensor& dst) {
+  OMT_ASSERT(dst.on_host(), name(), " backend: fill_zero of ", dst.device().str(), " memory");
+  if (dst.nbytes()) std::memset(dst.raw(), 0, dst.nbytes());
+}
+
+Tensor Backend::to_host(const Tensor& t) {
+  if (!t.defined() || t.on_host()) return t;
+  Tensor h = Tensor::empty(t.dtype(), t.shape());
+  copy_to_host(t, h.raw());
+  return h;
+}
+
+Tensor Backend::to_backend(const Tensor& t) {
+  if (!t.defined() || holds(t)) return t;
+  OMT_CHECK(t.on_host(), kInvalidArgument, "a ", t.describe(), " tensor on ", t.device().str(),
+            " was given to the ", name(), " backend on ", device().str(),
+            "; move it to the host (or this device) first");
+  Tensor d = allocate(t.dtype(), t.shape());
+  copy_from_host(t.raw(), d);
+  return d;
+}
+
+Tensor Backend::clone(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor d = allocate(t.dtype(), t.shape());
+  copy_any(t, d);
+  return d;
+}
+
+void Backend::copy_any(const Tensor& src, Tensor& dst) {
+  OMT_ASSERT(src.nbytes() == dst.nbytes(), "copy ", src.describe(), " to ", dst.describe());
+  for (const Tensor* t : {&src, static_cast<const Tensor*>(&dst)})
+    OMT_CHECK(t->on_host() || holds(*t), kInvalidArgument, "a ", t->describe(), " tensor on ",
+              t->device().str(), " cannot be copied by the ", name(), " backend on ", device().str());
+  if (src.nbytes() == 0 || src.same_storage(dst)) return;
+  if (src.on_host() && dst.on_host())
+    std::memcpy(dst.raw(), src.raw(), src.nbytes());
+  else if (src.on_host())
+    copy_from_host(src.raw(), dst);
+  else if (dst.on_host())
+    copy_to_host(src, dst.raw());
+  else
+    copy(src, dst);
+}
 
 static std::string registry_key(const std::string& domain, const std::string& op_type) {
   return domain.empty() || domain == "ai.onnx" ? op_type : domain + ":" + op_type;

@@ -51,10 +51,19 @@ class KernelContext {
   const Tensor& in(int i) const;  // required input: an absent one is a model error
 };
 
+// How a kernel reads one of its inputs (a Session uploads a host value only for kBackend
+// readers; see Note [Backend memory]).
+enum class InputUse {
+  kBackend,    // in the backend's memory (the default; host memory on the CPU backend)
+  kHost,       // in host memory: shape-like inputs, a learning rate, a step count
+  kShapeOnly,  // only its dtype and shape are read
+};
+
 class OpKernel {
  public:
   virtual ~OpKernel() = default;
   virtual void compute(KernelContext& ctx) = 0;
+  virtual InputUse input_use(int /*i*/) const { return InputUse::kBackend; }
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInfo&)>;
@@ -72,7 +81,44 @@ class Backend {
   // memory by default, device memory from the backend's caching arena on a GPU. Not
   // thread-safe across replicas sharing one Backend instance unless the backend says so.
   virtual Tensor allocate(DType dtype, const Shape& shape);
+
+  // ---- moving memory (Note [Backend memory]) ----------------------------------------------
+  // Whether `t` is in this backend's memory, where its kernels read it directly.
+  bool holds(const Tensor& t) const { return t.device() == device(); }
+  // dst.nbytes() bytes from host `src` into `dst` (this backend's memory). `src` may be reused
+  // as soon as this returns; the copy is ordered before work enqueued later on this backend.
+  virtual void copy_from_host(const void* src, Tensor& dst);
+  // src.nbytes() bytes of `src` (this backend's memory) into host `dst`. Blocks until `dst`
+  // holds them, which also waits for all work enqueued earlier on this backend.
+  virtual void copy_to_host(const Tensor& src, void* dst);
+  // Within this backend's memory (same byte size); ordered after earlier work, asynchronous
+  // on a GPU.
+  virtual void copy(const Tensor& src, Tensor& dst);
+  // Zeroes `dst` (this backend's memory), ordered like copy().
+  virtual void fill_zero(Tensor& dst);
+  // Blocks until all work enqueued on this backend is done (nothing to wait for on the CPU).
+  virtual void synchronize() {}
+
+  // Built on the above; free (the same handle, no copy) when nothing has to move.
+  // `t` in host memory: `t` itself when it is on the host, else a download (which blocks).
+  Tensor to_host(const Tensor& t);
+  // `t` in this backend's memory: `t` itself when it is there, else an upload into fresh memory.
+  Tensor to_backend(const Tensor& t);
+  // A copy of `t` (host or this backend's memory) in fresh memory of this backend; shares
+  // nothing with `t`, so kernels may update it in place.
+  Tensor clone(const Tensor& t);
+  // Between any two of host memory and this backend's memory (same byte size).
+  void copy_any(const Tensor& src, Tensor& dst);
 };
+
+// Note [Backend memory]
+// A Tensor says where its memory is (Tensor::device(), Tensor::on_host()). The CPU backend's
+// memory is host memory, so for it every copy above is a memcpy and to_host / to_backend
+// never copy. A GPU backend allocates device memory (allocate) that only its kernels and
+// the copies above touch; its work is asynchronous on the backend's stream, so a device
+// value is only complete for the host after copy_to_host / to_host / synchronize, and only
+// complete for another backend instance (another stream) after one of those. A Session
+// states which of its values live where (runtime/session.h).
 
 // Kernel registry of one backend, filled by static registrars in the backend's files.
 class KernelRegistry {

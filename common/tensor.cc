@@ -60,6 +60,8 @@ Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> 
 }
 
 std::vector<int64_t> Tensor::to_int64_vector() const {
+  OMT_ASSERT(on_host(), "reading a ", device_.str(), " tensor ", describe(),
+             " on the host; download it with Backend::to_host first");
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) out[i] = static_cast<int64_t>(value_as_double(i));
   if (dtype_ == DType::kInt64) std::memcpy(out.data(), data_, nbytes());  // exact for big values
@@ -67,6 +69,8 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 }
 
 double Tensor::value_as_double(int64_t i) const {
+  OMT_ASSERT(on_host(), "reading element ", i, " of a ", device_.str(), " tensor ", describe(),
+             " on the host; download it with Backend::to_host first");
   switch (dtype_) {
     case DType::kFloat32: return static_cast<const float*>(data_)[i];
     case DType::kFloat64: return static_cast<const double*>(data_)[i];

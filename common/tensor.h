@@ -51,6 +51,10 @@ class Tensor {
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   const Device& device() const { return device_; }
+  // True for host memory (Tensor::empty, zeros, wrap without a device); false for a GPU
+  // backend's memory, which only that backend's kernels and copies may touch
+  // (Note [Backend memory] in backends/backend.h).
+  bool on_host() const { return device_.kind == DeviceKind::kCpu; }
 
   void* raw() { return data_; }
   const void* raw() const { return data_; }
@@ -69,9 +73,10 @@ class Tensor {
     const T* p = data<T>();
     return std::vector<T>(p, p + numel());
   }
-  // Any integer tensor read as int64 (for shape-like inputs such as Reshape's shape).
+  // Any integer tensor read as int64 (for shape-like inputs such as Reshape's shape). Host only.
   std::vector<int64_t> to_int64_vector() const;
-  // Element i of a numeric tensor as double.
+  // Element i of a numeric tensor as double. Host only (a device tensor is a bug: download it
+  // with Backend::to_host first).
   double value_as_double(int64_t i) const;
 
   // Same storage, new shape with the same number of elements.

@@ -9,6 +9,7 @@
 namespace omt {
 
 Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end) {
+  OMT_ASSERT(t.on_host(), "slice_rows of a ", t.device().str(), " tensor");
   OMT_ASSERT(t.rank() >= 1 && begin >= 0 && begin <= end && end <= t.dim(0), "bad row slice");
   Shape shape = t.shape();
   shape[0] = end - begin;
@@ -24,7 +25,10 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   Shape shape = parts[0].shape();
   OMT_ASSERT(!shape.empty(), "concat_rows of scalars");
   shape[0] = 0;
-  for (const auto& p : parts) shape[0] += p.dim(0);
+  for (const auto& p : parts) {
+    OMT_ASSERT(p.on_host(), "concat_rows of a ", p.device().str(), " tensor");
+    shape[0] += p.dim(0);
+  }
   Tensor out = Tensor::empty(parts[0].dtype(), shape);
   char* dst = static_cast<char*>(out.raw());
   for (const auto& p : parts) {
@@ -43,8 +47,14 @@ Predictor::Predictor(std::shared_ptr<const Model> model, int replicas,
 
 Predictor::~Predictor() = default;
 
+// The outputs of a session's run, downloaded (nothing moves on the CPU).
+static NamedTensors downloaded(Session& session, NamedTensors outputs) {
+  for (const auto& name : outputs.names()) outputs.at(name) = session.backend().to_host(outputs.at(name));
+  return outputs;
+}
+
 NamedTensors Predictor::run(const NamedTensors& feeds) {
-  if (sessions_.size() == 1) return sessions_[0]->run(feeds);
+  if (sessions_.size() == 1) return downloaded(*sessions_[0], sessions_[0]->run(feeds));
   int64_t batch = -1;
   for (const auto& name : feeds.names()) {
     const Tensor& t = feeds.at(name);
@@ -67,7 +77,7 @@ NamedTensors Predictor::run(const NamedTensors& feeds) {
       NamedTensors shard;
       for (const auto& name : feeds.names())
         shard.set(name, slice_rows(feeds.at(name), bounds[r], bounds[r + 1]));
-      results[r] = sessions_[r]->run(shard);
+      results[r] = downloaded(*sessions_[r], sessions_[r]->run(shard));
     } catch (...) {
       errors[r] = std::current_exception();
     }

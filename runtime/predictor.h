@@ -1,6 +1,7 @@
 // Predictor: inference split across N local replicas. The batch (dimension 0 of every input)
 // is cut into N contiguous shards, each run by its own Session on its own thread, and the
 // outputs are joined back in order, so the output batch always equals the input batch.
+// Feeds and outputs are host tensors on every device (outputs downloaded from a GPU).
 #pragma once
 
 #include <memory>
@@ -17,7 +18,8 @@ class Predictor {
   ~Predictor();
 
   // Runs the batch; every input must have the same dimension 0 (the batch). With fewer samples
-  // than replicas, the extra replicas sit idle. Not thread-safe (one call at a time).
+  // than replicas, the extra replicas sit idle. Returns host tensors. Not thread-safe (one
+  // call at a time).
   NamedTensors run(const NamedTensors& feeds);
   int replicas() const { return static_cast<int>(sessions_.size()); }
 
@@ -26,9 +28,9 @@ class Predictor {
   std::vector<std::unique_ptr<Session>> sessions_;
 };
 
-// Rows [begin, end) of dimension 0 (a copy).
+// Rows [begin, end) of dimension 0 (a copy). Host tensors.
 Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end);
-// Concatenation along dimension 0.
+// Concatenation along dimension 0. Host tensors.
 Tensor concat_rows(const std::vector<Tensor>& parts);
 
 }  // namespace omt

@@ -31,8 +31,13 @@ struct Session::Plan {
     std::vector<int> outputs;  // slot per output, -1 when unused
     std::vector<int> release;  // slots whose last reader is this step
     std::vector<bool> used;    // per output: read by a later step or a graph output
+    std::vector<bool> host_input;  // per input: the kernel reads it on the host (device backends)
   };
   std::shared_ptr<Backend> backend;
+  // Note [Where values live] in session.h; all empty / false on a host-memory backend.
+  bool device_memory = false;      // the backend's memory is not host memory
+  std::vector<bool> device_reader; // per slot: some kernel reads it in backend memory
+  std::vector<Tensor> host_value;  // per slot: the host original of an uploaded value
   std::vector<Tensor> slots;
   std::vector<bool> is_constant;  // initializer slots: never released
   std::map<std::string, int> slot_of;
@@ -61,13 +66,16 @@ namespace {
 
 class StepContext : public KernelContext {
  public:
-  StepContext(Session::Plan& plan, const std::vector<int>& in, const std::vector<int>& out,
-              const std::vector<bool>& used)
-      : plan_(plan), slots_(plan.slots), in_(in), out_(out), used_(used), bound_(plan.bound) {}
+  StepContext(Session::Plan& plan, const Session::Plan::Step& step)
+      : plan_(plan), slots_(plan.slots), in_(step.inputs), out_(step.outputs), used_(step.used),
+        host_input_(step.host_input), bound_(plan.bound) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   int num_outputs() const override { return static_cast<int>(out_.size()); }
   const Tensor* input(int i) const override {
     if (i >= num_inputs() || in_[i] < 0) return nullptr;
+    // A kernel that reads this input on the host gets the host original of an upload.
+    if (!host_input_.empty() && host_input_[i] && plan_.host_value[in_[i]].defined())
+      return &plan_.host_value[in_[i]];
     const Tensor& t = slots_[in_[i]];
     return t.defined() ? &t : nullptr;
   }
@@ -96,7 +104,8 @@ class StepContext : public KernelContext {
     if (const Tensor* b = bound(i)) {
       OMT_CHECK(b->dtype() == value.dtype() && b->numel() == value.numel(), kInternal,
                 "bound buffer ", b->describe(), " does not fit output ", value.describe());
-      if (!b->same_storage(value) && value.nbytes()) std::memcpy(const_cast<void*>(b->raw()), value.raw(), value.nbytes());
+      Tensor dst = *b;
+      plan_.backend->copy_any(value, dst);  // a memcpy on the CPU; nothing when they are one
       value = b->reshaped(value.shape());
     }
     out_slot(i) = std::move(value);
@@ -119,6 +128,7 @@ class StepContext : public KernelContext {
     return it == bound_.end() ? nullptr : &it->second;
   }
   const std::vector<bool>& used_;
+  const std::vector<bool>& host_input_;
   const std::map<int, Tensor>& bound_;
   Tensor scratch_;  // unused optional outputs land here
 };
@@ -129,7 +139,8 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     : model_(std::move(model)), options_(options), plan_(std::make_unique<Plan>()) {
   if (has_gradient_ops(model_->graph)) model_ = std::make_shared<const Model>(expand_gradient_ops(*model_));
   Plan& p = *plan_;
-  p.backend = get_backend(options_.device, options_.device_index);
+  p.backend = options_.backend ? options_.backend : get_backend(options_.device, options_.device_index);
+  p.device_memory = p.backend->device().kind != DeviceKind::kCpu;
   const Graph& g = model_->graph;
 
   const auto missing = unsupported_ops(g, *p.backend);
@@ -162,6 +173,13 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
 
   p.cache.assign(p.slots.size(), Tensor());
   p.fresh.assign(p.slots.size(), false);
+  if (p.device_memory) {
+    // Kernels see initializers' host values at build time; uploads happen after (below).
+    p.host_value.assign(p.slots.size(), Tensor());
+    p.device_reader.assign(p.slots.size(), false);
+    for (size_t s = 0; s < p.slots.size(); ++s)
+      if (p.is_constant[s]) p.host_value[s] = p.slots[s];
+  }
   // Which slots are read at all, and where each is read last.
   std::vector<int> last_use(p.slots.size(), -1);
   std::set<int> keep(p.output_slots.begin(), p.output_slots.end());
@@ -187,8 +205,9 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
       info.output_used.push_back(s >= 0 && (last_use[s] >= 0 || keep.count(s)));
     }
     step.used = info.output_used;
+    const std::vector<Tensor>& constants = p.device_memory ? p.host_value : p.slots;
     for (int s : step.inputs)
-      info.constant_inputs.push_back(s >= 0 && p.is_constant[s] ? &p.slots[s] : nullptr);
+      info.constant_inputs.push_back(s >= 0 && p.is_constant[s] ? &constants[s] : nullptr);
     try {
       step.kernel = p.backend->create_kernel(info);
     } catch (const Error& e) {
@@ -196,10 +215,23 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
       if (msg.find("node '" + n.name + "'") != std::string::npos) throw;
       throw Error(e.kind(), str_cat(n.where(), ": ", msg));
     }
+    if (p.device_memory) {
+      for (size_t i = 0; i < step.inputs.size(); ++i) {
+        const InputUse use = step.kernel->input_use(static_cast<int>(i));
+        step.host_input.push_back(use == InputUse::kHost);
+        if (step.inputs[i] >= 0 && use == InputUse::kBackend) p.device_reader[step.inputs[i]] = true;
+      }
+    }
   }
+  // Initializers a kernel reads in backend memory: uploaded once, here.
+  if (p.device_memory)
+    for (size_t s = 0; s < p.slots.size(); ++s)
+      if (p.is_constant[s] && p.device_reader[s]) p.slots[s] = p.backend->to_backend(p.slots[s]);
 }
 
 Session::~Session() = default;
+
+Backend& Session::backend() const { return *plan_->backend; }
 
 void Session::check_feeds(const NamedTensors& feeds) const {
   const Graph& g = model_->graph;
@@ -252,6 +284,22 @@ void Session::retire(int slot) {
   if (p.fresh[slot]) p.cache[slot] = std::move(p.slots[slot]);
   p.slots[slot] = Tensor();
   p.fresh[slot] = false;
+  if (p.device_memory) p.host_value[slot] = Tensor();
+}
+
+void Session::upload_feed(int slot, const Tensor& host) {
+  Plan& p = *plan_;
+  // Note [Buffer reuse]: last run's upload buffer, unless a caller still holds it (an
+  // optimizer updated it in place and handed it out as its output).
+  Tensor& cached = p.cache[slot];
+  Tensor dev = cached.defined() && cached.dtype() == host.dtype() && cached.numel() == host.numel() && cached.sole_owner()
+                   ? cached.reshaped(host.shape())
+                   : p.backend->allocate(host.dtype(), host.shape());
+  cached = Tensor();
+  p.backend->copy_from_host(host.raw(), dev);
+  p.slots[slot] = std::move(dev);
+  p.fresh[slot] = true;  // retire() keeps the buffer for the next run
+  p.host_value[slot] = host;
 }
 
 int Session::num_nodes() const { return static_cast<int>(plan_->steps.size()); }
@@ -261,11 +309,21 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   check_feeds(feeds);
   Plan& p = *plan_;
   const Graph& g = model_->graph;
-  for (size_t i = 0; i < g.inputs.size(); ++i) p.slots[p.input_slots[i]] = feeds.at(g.inputs[i].name);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Tensor& t = feeds.at(g.inputs[i].name);
+    const int s = p.input_slots[i];
+    OMT_CHECK(!t.defined() || t.on_host() || p.backend->holds(t), kInvalidArgument, "input '", g.inputs[i].name,
+              "' is a ", t.describe(), " tensor on ", t.device().str(), " but this ", p.backend->name(),
+              " session runs on ", p.backend->device().str(), "; pass it in host memory");
+    if (p.device_memory && t.defined() && t.on_host() && p.device_reader[s])
+      upload_feed(s, t);
+    else
+      p.slots[s] = t;
+  }
   for (size_t k = 0; k < p.steps.size(); ++k) {
     auto& step = p.steps[k];
     if (hooks && hooks->before_node) hooks->before_node(static_cast<int>(k));
-    StepContext ctx(p, step.inputs, step.outputs, step.used);
+    StepContext ctx(p, step);
     try {
       step.kernel->compute(ctx);
     } catch (const Error& e) {

@@ -17,7 +17,28 @@ struct SessionOptions {
   std::string device = "cpu";
   int device_index = 0;
   int num_threads = 1;  // threads a kernel may use (the replica's share of the cores)
+  // When set, the Session runs on this backend instance and ignores device/device_index.
+  // Sessions of one replica share one (on a GPU: one stream), so values one produces are
+  // ordered before the other's kernels that read them. Used from one thread at a time.
+  std::shared_ptr<Backend> backend;
 };
+
+// Note [Where values live]
+// A Session works in its backend's memory (Note [Backend memory] in backends/backend.h); on
+// the CPU that is host memory and nothing below ever copies.
+//  - Feeds may be host tensors or tensors in the backend's memory. A host feed that some
+//    kernel reads in backend memory is uploaded once per run (into a buffer kept for the next
+//    run, Note [Buffer reuse]); kernels that read it on the host get the caller's tensor.
+//  - Initializers are uploaded once, when the Session is built, if a kernel reads them in
+//    backend memory; KernelInfo::constant_inputs always gives their host values.
+//  - run() returns each output where its kernel left it, without a copy: backend memory on
+//    a GPU (a shape-like value such as Shape's may be on the host). On a GPU the value may
+//    still be being computed: read it through this Session's backend (Backend::to_host
+//    waits), or feed it to this Session or one sharing its backend. Callers that promise
+//    host tensors download: Predictor::run, Trainer's loss and gradients, the embedding API.
+//  - A buffer given to bind_output is best in backend memory; a host buffer works on a GPU
+//    at the cost of a download per run.
+
 
 // Callbacks around each node of a run, on the running thread (the scheduler starts bucket
 // all-reduces and waits on them from here; the tracer times kernels).
@@ -35,12 +56,13 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // Checks `feeds` against the graph inputs (names, dtypes, ranks, fixed and symbolic dims;
-  // kInvalidArgument naming both sides), runs every node, and returns the graph outputs.
+  // kInvalidArgument naming both sides), runs every node, and returns the graph outputs
+  // (where they live: Note [Where values live]).
   NamedTensors run(const NamedTensors& feeds, const RunHooks* hooks = nullptr);
 
   // Makes the node that produces `value` write it into `buffer` (same dtype and element
   // count; e.g. a gradient's slot in a bucket buffer) instead of fresh memory. The buffer
-  // must outlive the Session's runs.
+  // must outlive the Session's runs; it should be in the backend's memory (see above).
   void bind_output(const std::string& value, Tensor buffer);
 
   // Nodes in run order (the graph's node order).
@@ -49,12 +71,15 @@ class Session {
 
   const Model& model() const { return *model_; }
   const SessionOptions& options() const { return options_; }
+  // The backend the kernels run on; its copies move this Session's values (to_host ...).
+  Backend& backend() const;
 
  public:
   struct Plan;  // opaque; public so the kernel context in session.cc can name it
 
  private:
   void retire(int slot);  // ends a value's life in this run (its memory may be reused next run)
+  void upload_feed(int slot, const Tensor& host);  // a host feed into backend memory
   void check_feeds(const NamedTensors& feeds) const;
 
   std::shared_ptr<const Model> model_;

@@ -4,8 +4,9 @@ namespace omt {
 
 namespace {
 
-Tensor labels_as(const Tensor& labels, DType want, const std::string& name) {
-  if (labels.dtype() == want || !labels.defined()) return labels;
+Tensor labels_as(const Tensor& given, DType want, const std::string& name, Backend& backend) {
+  if (given.dtype() == want || !given.defined()) return given;
+  const Tensor labels = backend.to_host(given);  // converted on the host
   if (want == DType::kInt64 && dtype_is_integer(labels.dtype())) {
     Tensor out = Tensor::empty(DType::kInt64, labels.shape());
     for (int64_t i = 0; i < labels.numel(); ++i)
@@ -22,13 +23,15 @@ Tensor labels_as(const Tensor& labels, DType want, const std::string& name) {
 Trainer::Trainer(std::shared_ptr<const Model> model, const TrainingSpec& spec,
                  const SessionOptions& options)
     : model_(std::move(model)), spec_(spec), options_(options) {
+  if (!options_.backend) options_.backend = get_backend(options_.device, options_.device_index);
   TrainingSpec with = spec_;
   with.with_optimizer = true;
   update_graph_ = std::make_unique<TrainingGraph>(build_training_graph(*model_, with));
   auto m = std::make_shared<const Model>(update_graph_->model);
   update_session_ = std::make_unique<Session>(m, options_);
-  for (const auto& p : update_graph_->params) params_.set(p.name, model_->graph.initializers.at(p.name).clone());
-  for (const auto& s : update_graph_->states) state_.set(s.name, s.initial.clone());
+  // Own copies in backend memory: the optimizer updates them in place.
+  for (const auto& p : update_graph_->params) params_.set(p.name, backend().clone(model_->graph.initializers.at(p.name)));
+  for (const auto& s : update_graph_->states) state_.set(s.name, backend().clone(s.initial));
 }
 
 Trainer::~Trainer() = default;
@@ -46,7 +49,7 @@ NamedTensors Trainer::feeds(const NamedTensors& inputs, const Tensor& labels, co
   if (!tg.labels.empty()) {
     OMT_CHECK(labels.defined(), kInvalidArgument, "the loss needs labels ('", tg.labels, "') but none were given");
     const ValueInfo* info = tg.model.graph.find_input(tg.labels);
-    f.set(tg.labels, labels_as(labels, info ? info->dtype : labels.dtype(), tg.labels));
+    f.set(tg.labels, labels_as(labels, info ? info->dtype : labels.dtype(), tg.labels, backend()));
   }
   f.set(tg.loss_scale, Tensor::scalar<float>(1.0f));
   for (const auto& p : tg.params) f.set(p.name, params_.at(p.name));
@@ -61,7 +64,7 @@ StepResult Trainer::step(const NamedTensors& inputs, const Tensor& labels, float
   for (const auto& s : tg.states) f.set(s.name, state_.at(s.name));
   NamedTensors out = update_session_->run(f);
   StepResult r;
-  r.loss = static_cast<float>(out.at(tg.loss).value_as_double(0));
+  r.loss = static_cast<float>(backend().to_host(out.at(tg.loss)).value_as_double(0));
   for (const auto& p : tg.params) params_.at(p.name) = out.at(p.updated);
   for (const auto& s : tg.states) state_.at(s.name) = out.at(s.updated);
   for (const auto& o : model_->graph.outputs)
@@ -81,15 +84,31 @@ float Trainer::gradients(const NamedTensors& inputs, const Tensor& labels, Named
   NamedTensors f = feeds(inputs, labels, tg);
   for (const auto& s : tg.states) f.set(s.name, state_.has(s.name) ? state_.at(s.name) : s.initial);
   const NamedTensors out = grad_session_->run(f);
-  for (const auto& p : tg.params) grads->set(p.name, out.at(p.grad));
-  return static_cast<float>(out.at(tg.loss).value_as_double(0));
+  for (const auto& p : tg.params) grads->set(p.name, backend().to_host(out.at(p.grad)));
+  return static_cast<float>(backend().to_host(out.at(tg.loss)).value_as_double(0));
+}
+
+void Trainer::load(const NamedTensors& params, const NamedTensors& state, int64_t steps_done) {
+  auto replace = [&](NamedTensors& mine, const NamedTensors& given, const char* what) {
+    for (const auto& n : mine.names()) {
+      OMT_CHECK(given.has(n), kInvalidArgument, "no ", what, " '", n, "' to load");
+      const Tensor& t = given.at(n);
+      OMT_CHECK(t.dtype() == mine.at(n).dtype() && t.shape() == mine.at(n).shape(), kInvalidArgument, what, " '", n,
+                "' is ", t.describe(), " but the model has ", mine.at(n).describe());
+    }
+    for (const auto& n : mine.names()) mine.at(n) = backend().clone(given.at(n));
+  };
+  replace(params_, params, "parameter");
+  replace(state_, state, "optimizer/normalisation state");
+  steps_ = steps_done;
 }
 
 Model Trainer::trained_model() const {
   Model m = *model_;
-  for (const auto& name : params_.names()) m.graph.initializers.at(name) = params_.at(name);
+  for (const auto& name : params_.names()) m.graph.initializers.at(name) = backend().to_host(params_.at(name));
   for (const auto& s : update_graph_->states)
-    if (s.kind == "running_mean" || s.kind == "running_var") m.graph.initializers.at(s.name) = state_.at(s.name);
+    if (s.kind == "running_mean" || s.kind == "running_var")
+      m.graph.initializers.at(s.name) = backend().to_host(state_.at(s.name));
   return m;
 }
 

@@ -1,6 +1,8 @@
 // Trainer: one replica training an imported model. It builds the training graph once,
 // holds the parameters and optimizer/normalisation state, and each step feeds them with a
-// batch and takes the updated values back (no copies: the tensors are swapped). Not
+// batch and takes the updated values back (no copies: the tensors are swapped). Parameters
+// and state live in the backend's memory (on the GPU for "cuda"); both Sessions share one
+// backend instance, so on a GPU a step's kernels and copies are ordered on one stream. Not
 // thread-safe; one Trainer per model copy.
 #pragma once
 
@@ -13,8 +15,8 @@
 namespace omt {
 
 struct StepResult {
-  float loss = 0.0f;
-  NamedTensors outputs;  // the model's own outputs for this batch (e.g. logits)
+  float loss = 0.0f;     // read back to the host
+  NamedTensors outputs;  // the model's own outputs for this batch (e.g. logits), in backend memory
 };
 
 class Trainer {
@@ -28,16 +30,25 @@ class Trainer {
   // accepted for class losses. Returns the loss before the update.
   StepResult step(const NamedTensors& inputs, const Tensor& labels, float lr);
 
-  // Loss and d(loss)/d(parameter) on a batch, without updating anything.
+  // Loss and d(loss)/d(parameter) on a batch, without updating anything. The gradients are
+  // host tensors.
   float gradients(const NamedTensors& inputs, const Tensor& labels, NamedTensors* grads);
 
-  // Current parameter and state values, by name (parameters by initializer name).
+  // Current parameter and state values, by name (parameters by initializer name), in the
+  // backend's memory: read them with backend().to_host.
   const NamedTensors& parameters() const { return params_; }
   const NamedTensors& state() const { return state_; }
   int64_t steps_done() const { return steps_; }
   const TrainingGraph& training_graph() const;
+  Backend& backend() const { return *options_.backend; }
 
-  // The inference model with the trained parameters and BatchNorm running statistics.
+  // Replaces every parameter and state value (resume from a checkpoint): each is copied (host
+  // or backend memory), so the caller's tensors are never updated. kInvalidArgument naming a
+  // missing or mis-shaped one.
+  void load(const NamedTensors& params, const NamedTensors& state, int64_t steps_done);
+
+  // The inference model with the trained parameters and BatchNorm running statistics, in host
+  // memory (downloaded from a GPU; shared with the Trainer's own tensors on the CPU).
   Model trained_model() const;
 
  private:

@@ -13,7 +13,7 @@ namespace omt::tools {
 namespace {
 
 struct EvalArgs {
-  std::string model, data = "fashion-mnist:test", labels = "labels";
+  std::string model, data = "fashion-mnist:test", labels = "labels", device = "cpu";
   int replicas = 1, threads = 0;
   bool no_scale = false;
   float mean = 0.0f, std = 1.0f;
@@ -27,6 +27,7 @@ int run_eval(const EvalArgs& a) {
   using onnx_mirror::ErrorKind;
   onnx_mirror::LoadOptions lazy;  // kernels are built by evaluate, after the data loads
   lazy.build_kernels = false;
+  lazy.device = a.device;  // checked now, before the data loads
   onnx_mirror::Model model = onnx_mirror::Model::load(a.model, lazy);
   const auto inputs = model.inputs();
   if (inputs.size() != 1)
@@ -60,6 +61,7 @@ void register_eval(CLI::App& app) {
   sub->add_option("--labels", a->labels, "label array name in an .npz");
   sub->add_option("--replicas", a->replicas, "local replicas the data is split across");
   sub->add_option("--threads", a->threads, "threads per replica");
+  sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");
   sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");
   sub->add_option("--mean", a->mean, "normalise inputs: (x - mean) / std");
   sub->add_option("--std", a->std, "normalise inputs: (x - mean) / std");

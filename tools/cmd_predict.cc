@@ -19,7 +19,7 @@ using onnx_mirror::Tensor;
 using onnx_mirror::TensorList;
 
 struct PredictArgs {
-  std::string model, data, output;
+  std::string model, data, output, device = "cpu";
   int replicas = 1;
   int threads = 0;
   int64_t batch = 1000;
@@ -44,7 +44,9 @@ std::vector<int64_t> argmax_rows(const Tensor& logits) {
 }
 
 int run_predict(const PredictArgs& a) {
-  onnx_mirror::Model model = onnx_mirror::Model::load(a.model);
+  onnx_mirror::LoadOptions load;
+  load.device = a.device;
+  onnx_mirror::Model model = onnx_mirror::Model::load(a.model, load);
   const auto inputs = model.inputs();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
@@ -112,10 +114,11 @@ void register_predict(CLI::App& app) {
                   "IN.npz (one array per graph input, by name), or a labelled data set: "
                   "fashion-mnist[:train|:test] or IMAGES.idx[.gz],LABELS.idx[.gz]")->required();
   sub->add_option("--output", a->output, "OUT.npz: one array per graph output, by name");
-  sub->add_option("--replicas", a->replicas, "local CPU replicas the batch is split across")
+  sub->add_option("--replicas", a->replicas, "local replicas the batch is split across")
       ->check(CLI::Range(1, 1024));
   sub->add_option("--threads", a->threads, "threads per replica (default: cores / replicas)");
   sub->add_option("--batch", a->batch, "samples per run (0: all at once)");
+  sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");
   set_action(sub, [a] { return run_predict(*a); });
 }
 

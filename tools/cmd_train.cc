@@ -86,14 +86,17 @@ onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
   o.beta1 = a.beta1;
   o.beta2 = a.beta2;
   o.epsilon = a.eps;
+  o.device = a.device;
   o.check();
   return o;
 }
 
 // Training and export build their own kernels; inference ones would only cost time here.
-onnx_mirror::Model load_for_training(const std::string& path) {
+// A `device` other than the CPU is checked at once (no usable GPU: the CUDA runtime's reason).
+onnx_mirror::Model load_for_training(const std::string& path, const std::string& device = "cpu") {
   onnx_mirror::LoadOptions lazy;
   lazy.build_kernels = false;
+  lazy.device = device;
   return onnx_mirror::Model::load(path, lazy);
 }
 
@@ -158,7 +161,7 @@ int default_threads(const TrainArgs& a) {
 int run_grad(const TrainArgs& a) {
   onnx_mirror::TrainerOptions options = trainer_options(a);
   options.threads_per_replica = default_threads(a);
-  onnx_mirror::Model model = load_for_training(a.model);
+  onnx_mirror::Model model = load_for_training(a.model, a.device);
   const onnx_mirror::Trainer trainer(model, options);
   const Data d = load_training_data(a.data, model, a);
   const onnx_mirror::Gradients g = trainer.gradients(d.inputs, d.labels);
@@ -207,9 +210,13 @@ std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store
 int run_train(const TrainArgs& a, char** argv) {
   if (a.global_batch < 1) fail(ErrorKind::kInvalidArgument, "--global-batch must be at least 1");
   if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
-  if (a.device != "cpu")
-    fail(ErrorKind::kUnsupported, "--device ", a.device,
-         ": this build trains on the CPU only; the CUDA backend is not available yet");
+  if (a.device != "cpu") {
+    load_for_training(a.model, a.device);  // no usable GPU: that error first
+    fail(ErrorKind::kUnsupported, "train --device ", a.device,
+         ": the training loop runs on the data-parallel trainer, which does not run on ", a.device,
+         " yet (one GPU or several). Use --device cpu for train; `grad --device ", a.device,
+         "`, predict and eval run on ", a.device, ".");
+  }
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
   std::vector<pid_t> children;
   std::string store_dir;
@@ -317,6 +324,7 @@ void register_train(CLI::App& app) {
     sub->add_option("--data", a->data, "BATCH.npz: one array per model input plus the labels")->required();
     sub->add_option("--output", a->output, "GRADS.npz: 'loss' and one array per parameter")->required();
     sub->add_option("--threads", a->threads, "threads");
+    sub->add_option("--device", a->device, "cpu | cuda (GPU 0)");
     set_action(sub, [a] { return run_grad(*a); });
   }
   {
@@ -333,7 +341,7 @@ void register_train(CLI::App& app) {
     sub->add_option("--replicas", a->replicas, "local replicas (threads) per process");
     sub->add_option("--nproc", a->nproc, "processes on this host (each with --replicas replicas)");
     sub->add_option("--collectives", a->collectives, "gloo | nccl");
-    sub->add_option("--device", a->device, "cpu (cuda: not yet)");
+    sub->add_option("--device", a->device, "cpu (cuda: not yet for train; grad, predict and eval run there)");
     sub->add_option("--seed", a->seed, "seed of the data order");
     sub->add_flag("--no-shuffle", a->no_shuffle, "keep the data order");
     sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");

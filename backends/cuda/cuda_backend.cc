@@ -1,6 +1,7 @@
-// The CUDA Backend: a CudaContext per Backend instance (one per Session, i.e. per replica),
-// the caching device arena, check-macro error reporting, and the staging adapter that lets
-// CUDA kernels run under a Session that hands out host or device tensors.
+// The CUDA Backend: a CudaContext per Backend instance (one per replica, shared by its
+// Sessions), the caching device arena, the Backend copy API on the compute stream,
+// check-macro error reporting, and the staging adapter that lets CUDA kernels run on
+// whatever mix of host and device tensors a Session hands them.
 #include "backends/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -256,16 +257,28 @@ Tensor CudaContext::to_device(const Tensor& host) {
   return d;
 }
 
-void CudaContext::copy_to_device(const Tensor& host, Tensor& device) {
-  OMT_ASSERT(host.device().kind == DeviceKind::kCpu && device.device().kind == DeviceKind::kCuda &&
-                 host.nbytes() == device.nbytes(),
-             "copy_to_device: ", host.describe(), " -> ", device.describe());
-  const size_t n = host.nbytes();
-  if (n == 0) return;
-  void* staging = pinned(n);
-  std::memcpy(staging, host.raw(), n);
-  OMT_CUDA_CHECK(cudaMemcpyAsync(device.raw(), staging, n, cudaMemcpyHostToDevice, stream_));
+void CudaContext::upload(const void* host, void* device, size_t bytes) {
+  if (bytes == 0) return;
+  void* staging = pinned(bytes);
+  std::memcpy(staging, host, bytes);
+  OMT_CUDA_CHECK(cudaMemcpyAsync(device, staging, bytes, cudaMemcpyHostToDevice, stream_));
   OMT_CUDA_CHECK(cudaEventRecord(pinned_free_, stream_));
+}
+
+void CudaContext::download(const void* device, void* host, size_t bytes) {
+  if (bytes == 0) return;
+  void* staging = pinned(bytes);
+  OMT_CUDA_CHECK(cudaMemcpyAsync(staging, device, bytes, cudaMemcpyDeviceToHost, stream_));
+  OMT_CUDA_CHECK(cudaEventRecord(pinned_free_, stream_));
+  OMT_CUDA_CHECK(cudaEventSynchronize(pinned_free_));
+  std::memcpy(host, staging, bytes);
+}
+
+void CudaContext::copy_to_device(const Tensor& host, Tensor& device) {
+  OMT_ASSERT(host.on_host() && device.device() == (Device{DeviceKind::kCuda, device_}) &&
+                 host.nbytes() == device.nbytes(),
+             "copy_to_device: ", host.describe(), " -> ", device.describe(), " on ", device.device().str());
+  upload(host.raw(), device.raw(), host.nbytes());
 }
 
 Tensor CudaContext::to_host(const Tensor& device) {
@@ -275,16 +288,10 @@ Tensor CudaContext::to_host(const Tensor& device) {
 }
 
 void CudaContext::copy_to_host(const Tensor& device, Tensor& host) {
-  OMT_ASSERT(host.device().kind == DeviceKind::kCpu && device.device().kind == DeviceKind::kCuda &&
+  OMT_ASSERT(host.on_host() && device.device() == (Device{DeviceKind::kCuda, device_}) &&
                  host.nbytes() == device.nbytes(),
-             "copy_to_host: ", device.describe(), " -> ", host.describe());
-  const size_t n = device.nbytes();
-  if (n == 0) return;
-  void* staging = pinned(n);
-  OMT_CUDA_CHECK(cudaMemcpyAsync(staging, device.raw(), n, cudaMemcpyDeviceToHost, stream_));
-  OMT_CUDA_CHECK(cudaEventRecord(pinned_free_, stream_));
-  OMT_CUDA_CHECK(cudaEventSynchronize(pinned_free_));
-  std::memcpy(host.raw(), staging, n);
+             "copy_to_host: ", device.describe(), " on ", device.device().str(), " -> ", host.describe());
+  download(device.raw(), host.raw(), device.nbytes());
 }
 
 void CudaContext::copy_device(const Tensor& src, Tensor& dst) {
@@ -402,21 +409,20 @@ namespace {
 bool on_device(const Tensor& t) { return t.device().kind == DeviceKind::kCuda; }
 
 // Note [staging adapter]
-// Kernels of this folder work on device memory. The Session may hand them host tensors (graph
-// feeds, initializers, Constant values, and today every value, because it allocates outputs
-// with Tensor::empty) or device tensors (once it allocates with Backend::allocate). The adapter
-// makes both work without the kernels knowing:
-//  - an input the kernel wants on the device is uploaded when it is on the host; uploads of plan
-//    constants (initializers) are made once and kept;
-//  - an input the kernel reads on the host (shape-like values, lr, step) is downloaded when it is
-//    on the device;
-//  - ctx.output() returns the Session's memory when it is device memory, or else device scratch
-//    that is downloaded into the Session's host tensor after the kernel ran;
+// Kernels of this folder work on device memory. The Session uploads host feeds once per run
+// and initializers once per Session, for the inputs a kernel reads on the device
+// (OpKernel::input_use), and hands host readers the host originals (Note [Where values live]
+// in runtime/session.h). The adapter covers what is left, so kernels never need to know:
+//  - an input the kernel wants on the device that is still on the host (a value a host-side
+//    kernel such as Shape produced) is uploaded; uploads of plan constants are made once and kept;
+//  - an input the kernel reads on the host that is on the device is downloaded (this blocks);
+//  - ctx.output() returns the Session's memory when it is device memory (always, except for a
+//    host buffer given to Session::bind_output), or else device scratch that is downloaded into
+//    the Session's host tensor after the kernel ran;
 //  - set_output() of an upload of a host input (Reshape, Identity, an optimizer's in-place
 //    update) hands the Session the original host tensor, after downloading the new contents
 //    when the kernel updates inputs in place.
-// With a device-allocating Session only feeds and initializers move, and only once per step
-// (feeds) or once per plan (initializers); nothing is downloaded.
+// In a steady step of a device Session only the feeds move.
 class StagingContext final : public KernelContext {
  public:
   StagingContext(KernelContext& base, CudaContext& cu, const CudaKernel& kernel,
@@ -510,6 +516,15 @@ class StagedKernel final : public OpKernel {
                std::vector<const Tensor*> constants)
       : kernel_(std::move(kernel)), cu_(std::move(cu)), constants_(std::move(constants)) {}
 
+  InputUse input_use(int i) const override {
+    switch (kernel_->input_place(i)) {
+      case InputPlace::kDevice: return InputUse::kBackend;
+      case InputPlace::kHost: return InputUse::kHost;
+      case InputPlace::kShapeOnly: return InputUse::kShapeOnly;
+    }
+    return InputUse::kBackend;
+  }
+
   void compute(KernelContext& ctx) override {
     cu_->activate();
     StagingContext staged(ctx, *cu_, *kernel_, constant_cache_, constants_);
@@ -545,7 +560,40 @@ class CudaBackend final : public Backend {
     return cu_->allocate(dtype, shape);
   }
 
+  // Note [Backend memory] in backends/backend.h: every copy runs on the compute stream, so it
+  // is ordered with this backend's kernels; host copies go through the pinned staging buffer.
+  void copy_from_host(const void* src, Tensor& dst) override {
+    check_here(dst, "copy_from_host into");
+    cu_->activate();
+    cu_->upload(src, dst.raw(), dst.nbytes());
+  }
+  void copy_to_host(const Tensor& src, void* dst) override {
+    check_here(src, "copy_to_host from");
+    cu_->activate();
+    cu_->download(src.raw(), dst, src.nbytes());
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    check_here(src, "copy from");
+    check_here(dst, "copy into");
+    cu_->activate();
+    cu_->copy_device(src, dst);
+  }
+  void fill_zero(Tensor& dst) override {
+    check_here(dst, "fill_zero of");
+    cu_->activate();
+    cu_->fill_zero(dst);
+  }
+  void synchronize() override {
+    cu_->activate();
+    cu_->synchronize();
+  }
+
  private:
+  void check_here(const Tensor& t, const char* what) const {
+    OMT_ASSERT(holds(t), "cuda backend on ", device().str(), ": ", what, " a ", t.describe(), " tensor on ",
+               t.device().str());
+  }
+
   std::shared_ptr<CudaContext> cu_;
 };
 

@@ -105,6 +105,11 @@ class CudaContext {
 
   // Host -> device through pinned staging; asynchronous on the compute stream (the host buffer
   // may be reused as soon as this returns).
+  void upload(const void* host, void* device, size_t bytes);
+  // Device -> host through pinned staging; blocks until the copy (and all earlier work on the
+  // compute stream) is done.
+  void download(const void* device, void* host, size_t bytes);
+  // The same on tensors (host tensors on the host side, this device's on the other).
   Tensor to_device(const Tensor& host);
   void copy_to_device(const Tensor& host, Tensor& device);
   // Device -> host through pinned staging; blocks until the copy (and all earlier work on the

@@ -37,17 +37,22 @@ struct EvalResult {
 class Trainer;
 
 struct LoadOptions {
-  // Build the inference kernels at load, so every op without a CPU kernel is reported there,
-  // all at once (kUnsupported). false defers that to the first predict or evaluate: for a
-  // model that is only trained or exported.
+  // Build the inference kernels at load, so every op without a kernel on `device` is reported
+  // there, all at once (kUnsupported). false defers that to the first predict or evaluate: for
+  // a model that is only trained or exported.
   bool build_kernels = true;
+  // Where predict and evaluate run: "cpu" or "cuda" (GPU `device_index`). Inputs and outputs
+  // are host tensors on every device. Without a usable GPU, load fails with kUnsupported
+  // carrying the CUDA runtime's reason (even with build_kernels false).
+  std::string device = "cpu";
+  int device_index = 0;
 };
 
 class Model {
  public:
   // Loads an ONNX file (converted to opset 17). Errors: kIo (cannot read), kModel (not ONNX,
-  // fails the checker), kUnsupported (ops without a CPU kernel, all listed at once; see
-  // LoadOptions).
+  // fails the checker), kUnsupported (ops without a kernel on the device, all listed at once;
+  // no usable device; see LoadOptions), kInvalidArgument (a device this build does not have).
   static Model load(const std::string& path, const LoadOptions& options = {});
 
   // A Model is a move-only handle; a Trainer keeps the parameter store alive on its own.

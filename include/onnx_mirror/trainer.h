@@ -48,7 +48,11 @@ struct TrainerOptions {
   int64_t bucket_cap_bytes = 25 << 20;   // all-reduce bucket size cap
   int64_t first_bucket_bytes = 1 << 20;  // the small first bucket
   bool overlap = true;         // all-reduce buckets while backward goes on
-  std::string device = "cpu";  // kernels' device; this build trains on "cpu" only
+  // Kernels' device: "cpu", or "cuda" (GPU 0) in a CUDA build. On "cuda" the Trainer is one
+  // replica in one process: step, gradients, evaluate, checkpoints and resume run there; fit
+  // and replicas > 1 are kUnsupported until data-parallel training runs on GPUs. After each
+  // step the model's parameters are downloaded in place, so predict sees them.
+  std::string device = "cpu";
   // Several processes: with join_world the constructor joins world_from_environment()
   // through `collectives` ("gloo" or "nccl"), blocking until every rank has arrived. Every
   // process then builds its Trainer and calls fit with the same options; replicas counts
@@ -60,7 +64,7 @@ struct TrainerOptions {
 
   // Raises what the Trainer constructor would about these options alone, without a model:
   // kInvalidArgument (unknown loss or optimizer, replicas < 1, lr negative or not finite),
-  // kUnsupported (a device other than "cpu").
+  // kUnsupported (a device this build does not have).
   void check() const;
 };
 
@@ -124,7 +128,8 @@ class Trainer {
   // Builds the training graph and the replicas on `model`'s parameters (joining the world
   // first with options.join_world). Errors: kInvalidArgument (unknown loss/optimizer, a regex
   // that selects nothing, the model already has a Trainer), kUnsupported (ops without
-  // gradient rules, all listed at once; a device other than "cpu"), kCommunication (the
+  // gradient rules, all listed at once; no usable GPU, with the CUDA runtime's reason; several
+  // replicas or processes on a GPU), kCommunication (the
   // world could not be joined).
   Trainer(Model& model, const TrainerOptions& options = {});
   ~Trainer();

@@ -1,5 +1,5 @@
 // The CUDA backend without kernels: the no-device error, the caching arena (no cudaMalloc
-// once warm), and host <-> device copies.
+// once warm), host <-> device copies, and the Backend copy API (Note [Backend memory]).
 #include <gtest/gtest.h>
 
 #include "backends/cuda/cuda_backend.h"
@@ -64,6 +64,37 @@ TEST(CudaBackend, AllocateGivesDeviceMemory) {
   const Tensor t = backend->allocate(DType::kFloat32, {3, 4});
   EXPECT_EQ(t.device().kind, DeviceKind::kCuda);
   EXPECT_EQ(get_backend("cpu")->allocate(DType::kFloat32, {3, 4}).device().kind, DeviceKind::kCpu);
+}
+
+TEST(CudaBackend, CopyApiMovesAndOrdersOnTheStream) {
+  OMT_SKIP_WITHOUT_CUDA();
+  auto gpu = get_backend("cuda");
+  for (int64_t n : {0, 1, 1023, 1 << 20}) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) - 7.0f;
+    const Tensor host = Tensor::from_vector<float>(v, {n});
+    Tensor dev = gpu->allocate(DType::kFloat32, {n});
+    EXPECT_TRUE(gpu->holds(dev));
+    EXPECT_FALSE(dev.on_host());
+    gpu->copy_from_host(host.raw(), dev);
+    Tensor other = gpu->allocate(DType::kFloat32, {n});
+    gpu->copy(dev, other);  // ordered after the upload on the stream, no host wait in between
+    std::vector<float> back(static_cast<size_t>(n), 1.0f);
+    gpu->copy_to_host(other, back.data());
+    EXPECT_EQ(back, v) << n;
+    gpu->fill_zero(other);
+    EXPECT_EQ(gpu->to_host(other).to_vector<float>(), std::vector<float>(static_cast<size_t>(n), 0.0f)) << n;
+    const Tensor c = gpu->clone(dev);
+    EXPECT_FALSE(c.same_storage(dev));
+    EXPECT_EQ(gpu->to_host(c).to_vector<float>(), v) << n;
+    EXPECT_TRUE(gpu->to_backend(dev).same_storage(dev));
+    EXPECT_TRUE(gpu->to_host(host).same_storage(host));
+    EXPECT_EQ(gpu->to_host(gpu->to_backend(host)).to_vector<float>(), v) << n;
+    Tensor into_host = Tensor::zeros(DType::kFloat32, {n});
+    gpu->copy_any(dev, into_host);
+    EXPECT_EQ(into_host.to_vector<float>(), v) << n;
+    gpu->synchronize();
+  }
 }
 
 }  // namespace

@@ -1,12 +1,10 @@
 // End to end: models/cnn.onnx trained a few steps on one GPU matches the same steps on the CPU
-// (SGD with momentum, and Adam), loss by loss and parameter by parameter. Works with today's
-// host-allocating Session (Note [staging adapter]) and after it allocates on the device:
-// parameters are compared after a download when they live on the GPU.
+// (SGD with momentum, and Adam), loss by loss and parameter by parameter. The GPU trainer's
+// parameters live on the device and are downloaded through its backend for the comparison.
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "backends/cuda/cuda_backend.h"
 #include "graph/onnx_io.h"
 #include "runtime/trainer.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -33,12 +31,6 @@ Batch make_batch(int64_t n, uint64_t seed) {
   return b;
 }
 
-Tensor host(const Tensor& t) {
-  if (t.device().kind == DeviceKind::kCpu) return t;
-  cuda::CudaContext cu(t.device().index);
-  return cu.to_host(t);
-}
-
 void train_and_compare(const TrainingSpec& spec, float lr) {
   auto model = std::make_shared<const Model>(load_onnx(test::source_path("models/cnn.onnx")));
   SessionOptions cpu_opt, gpu_opt;
@@ -51,7 +43,7 @@ void train_and_compare(const TrainingSpec& spec, float lr) {
     EXPECT_NEAR(got, want, 1e-4 + 1e-4 * std::fabs(want)) << "loss at step " << step;
   }
   for (const auto& name : cpu.parameters().names())
-    EXPECT_TRUE(test::tensors_close(host(gpu.parameters().at(name)), cpu.parameters().at(name), 1e-3, 1e-5))
+    EXPECT_TRUE(test::tensors_close(gpu.backend().to_host(gpu.parameters().at(name)), cpu.parameters().at(name), 1e-3, 1e-5))
         << "parameter " << name << " after 4 steps";
 }
 

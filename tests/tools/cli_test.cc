@@ -1,7 +1,10 @@
-// onnx-mirror-train as a user meets it: exit codes and messages for bad input, and predict's
-// batch contract (N in, N out, whatever the replica count).
+// onnx-mirror-train as a user meets it: exit codes and messages for bad input, predict's
+// batch contract (N in, N out, whatever the replica count), and --device cuda's errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "backends/backend.h"
 #include "common/file_util.h"
 #include "runtime/data/npy.h"
 #include "tests/test_util.h"
@@ -89,6 +92,49 @@ TEST(Cli, PredictUnwritableOutputLeavesNothing) {
   expect_failure(run_tool("predict " + source_path("models/mlp.onnx") + " --data " + dir.file("in.npz") +
                           " --output /nonexistent/out.npz"), {"/nonexistent/out.npz"});
   EXPECT_FALSE(file_exists("/nonexistent/out.npz"));
+}
+
+// --device cuda: without a usable GPU, predict, eval, grad and train fail before reading any
+// data, with the CUDA runtime's reason, the way out (--device cpu) and exit code 4
+// (unsupported). With a GPU, predict there matches the CPU and train says it is not there yet.
+TEST(Cli, DeviceCudaSaysWhyItCannotRunAndWhatToDo) {
+  const std::vector<std::string> devices = available_backends();
+  if (std::find(devices.begin(), devices.end(), "cuda") == devices.end()) GTEST_SKIP() << "built without CUDA";
+  std::string no_gpu;
+  try {
+    get_backend("cuda");
+  } catch (const Error& e) {
+    no_gpu = e.what();
+  }
+  test::TempDir dir;
+  const std::string cnn = source_path("models/cnn.onnx");
+  if (!no_gpu.empty()) {
+    const std::string missing = " --data " + dir.file("never-read.npz");
+    for (const std::string& cmd :
+         {"predict " + cnn + missing, "eval " + cnn + missing, "grad " + cnn + missing + " --output " + dir.file("g.npz"),
+          "train " + cnn + missing + " --steps 1"}) {
+      const auto r = run_tool(cmd + " --device cuda");
+      EXPECT_EQ(r.exit_code, 4) << cmd << "\n" << r.output;
+      for (const char* part : {"no CUDA device", "cudaGetDeviceCount returned", "use --device cpu"})
+        EXPECT_NE(r.output.find(part), std::string::npos) << cmd << ": missing '" << part << "' in\n" << r.output;
+      EXPECT_EQ(r.output.find("never-read.npz"), std::string::npos) << cmd << " read the data first:\n" << r.output;
+    }
+    return;
+  }
+  const NamedTensors ref = read_npz(source_path("models/reference/cnn_predict.npz"));
+  NamedTensors in;
+  in.set("input", ref.at("input"));
+  write_npz(dir.file("in.npz"), in);
+  for (const char* device : {"cpu", "cuda"}) {
+    const auto r = run_tool("predict " + cnn + " --data " + dir.file("in.npz") + " --output " +
+                            dir.file(std::string(device) + ".npz") + " --device " + device);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  EXPECT_TRUE(test::tensors_close(read_npz(dir.file("cuda.npz")).at("logits"), read_npz(dir.file("cpu.npz")).at("logits"),
+                                  1e-4, 1e-5));
+  const auto r = run_tool("train " + cnn + " --data " + dir.file("in.npz") + " --steps 1 --device cuda");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
 }
 
 }  // namespace
