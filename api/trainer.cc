@@ -171,6 +171,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
       rc.timeout = t.mirror.timeout;
       t.rank = rc.rank;
       t.processes = rc.world_size;
+      t.mirror.local_process = rc.local_rank;
       if (rc.world_size > 1) t.mirror.comm = omt::make_communicator(options.collectives, rc);
     }
 

@@ -5,14 +5,17 @@ hyper-parameters in one run; prints a Markdown table and the ratios the issue's 
 criteria name.
 
   /usr/bin/python3 bench/run_bench.py [--build build-bench] [--mlp-epochs 1] [--cnn-epochs 1]
-      [--openblas DIR] [--nproc] [--markdown out.md]
+      [--openblas DIR [--netlib]] [--nproc] [--repeats 3] [--markdown out.md]
 
---openblas DIR adds PyTorch runs with OpenBLAS's libblas.so.3 from DIR on LD_LIBRARY_PATH:
-Debian's python3-torch calls whatever libblas.so.3 the alternatives system picks, which on
-this machine is netlib's reference BLAS (about 5 GFLOP/s). Fetch OpenBLAS without installing:
+--openblas DIR runs PyTorch with OpenBLAS's libblas.so.3 from DIR on LD_LIBRARY_PATH instead of
+as installed: Debian's python3-torch calls whatever libblas.so.3 the alternatives system
+picks, which on this machine is netlib's reference BLAS (about 5 GFLOP/s). Fetch OpenBLAS
+without installing:
   apt-get download libopenblas0-pthread && dpkg-deb -x libopenblas0-pthread_*.deb /tmp/obl
   --openblas /tmp/obl/usr/lib/x86_64-linux-gnu/openblas-pthread
---nproc adds onnx-mirror with 2 processes x 1 replica (Gloo over loopback, like DDP).
+--netlib (with --openblas) adds one run of PyTorch as installed. --nproc adds onnx-mirror with
+2 processes x 1 replica (Gloo over loopback, like DDP). Every configuration runs --repeats
+times, interleaved; each row is its median run, with every run's samples/s listed.
 
 Every run is a fresh process (peak RSS is its own). samples/s: global batch over the median
 step time after 5 warm-up steps (a step: forward, backward, gradient reduction, update; the
@@ -102,12 +105,13 @@ def table(args, results, epochs_of, started, loads, wall):
                     ", ".join("%s %d epoch%s" % (m.upper(), e, "s" if e > 1 else "") for m, e in epochs_of.items()),
                     " ".join(["bench/run_bench.py"] + sys.argv[1:]), os.cpu_count(), loads[0], loads[1], wall))
     lines.append("")
-    lines.append("| model | framework | config | samples/s | epoch time (s) | peak RSS per process (MiB) "
-                 "| peak RSS per replica (MiB) | test accuracy |")
-    lines.append("|---|---|---|---:|---:|---:|---:|---:|")
+    lines.append("| model | framework | config | samples/s (median run) | samples/s of each run | epoch time (s) "
+                 "| peak RSS per process (MiB) | peak RSS per replica (MiB) | test accuracy |")
+    lines.append("|---|---|---|---:|---|---:|---:|---:|---:|")
     for r in results:
-        lines.append("| %s | %s | %s | %.0f | %.1f | %.0f | %.0f | %.2f%% |" % (
-            r["model"].upper(), r["framework"], r["config"], r["samples_per_s"], r["epoch_s"], r["rss_mb"],
+        lines.append("| %s | %s | %s | %.0f | %s | %.1f | %.0f | %.0f | %.2f%% |" % (
+            r["model"].upper(), r["framework"], r["config"], r["samples_per_s"],
+            " / ".join("%.0f" % v for v in r["runs"]), r["epoch_s"], r["rss_mb"],
             r["rss_per_replica_mb"], 100 * r["accuracy"]))
     lines.append("")
     lines.append("| model | ours 2 replicas / PyTorch DDP | ours 2 replicas / PyTorch best (which) "
@@ -139,7 +143,11 @@ def main():
     p.add_argument("--global-batch", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--openblas", default="", help="folder with OpenBLAS's libblas.so.3 for extra PyTorch runs")
+    p.add_argument("--openblas", default="", help="folder with OpenBLAS's libblas.so.3: PyTorch runs with it")
+    p.add_argument("--netlib", action="store_true",
+                   help="with --openblas, also run PyTorch as installed (netlib BLAS; slow, no repeats)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs per configuration, interleaved; the table shows the median run")
     p.add_argument("--nproc", action="store_true", help="also run onnx-mirror as 2 processes x 1 replica")
     p.add_argument("--markdown", default="", help="also write the table to this file")
     args = p.parse_args()
@@ -150,16 +158,27 @@ def main():
     epochs_of = {m: getattr(args, m + "_epochs") for m in args.models.split(",")}
     results = []
     for model, epochs in epochs_of.items():
-        results.append(run_ours(args, model, epochs, 1, 1))
-        results.append(run_ours(args, model, epochs, 2, 1))
-        if args.nproc:
-            results.append(run_ours(args, model, epochs, 1, 2))
-        results += run_pytorch(args, model, epochs, "")
-        if args.openblas:
-            results += run_pytorch(args, model, epochs, args.openblas)
-        for r in results:
-            if r["model"] == model:
-                print(json.dumps(r), file=sys.stderr, flush=True)
+        # Every configuration runs --repeats times, round-robin so that slow phases of the shared
+        # machine hit all of them alike; each row is the run with the median samples/s.
+        runs = {}
+        def add(rows):
+            for r in rows:
+                runs.setdefault((r["framework"], r["config"]), []).append(r)
+        for rep in range(args.repeats):
+            add([run_ours(args, model, epochs, 1, 1)])
+            add([run_ours(args, model, epochs, 2, 1)])
+            if args.nproc:
+                add([run_ours(args, model, epochs, 1, 2)])
+            if not args.openblas or (args.netlib and rep == 0):
+                add(run_pytorch(args, model, epochs, ""))
+            if args.openblas:
+                add(run_pytorch(args, model, epochs, args.openblas))
+        for key, rows in runs.items():
+            rows.sort(key=lambda r: r["samples_per_s"])
+            best = dict(rows[len(rows) // 2])
+            best["runs"] = [r["samples_per_s"] for r in rows]
+            results.append(best)
+            print(json.dumps(best), file=sys.stderr, flush=True)
     loads.append(load_average())
     text = table(args, results, epochs_of, started, loads, time.time() - started)
     print(text)

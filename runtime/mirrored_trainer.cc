@@ -345,11 +345,12 @@ struct MirroredTrainer::Impl {
 
   bool pinnable() const {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return opt.pin_threads && R * opt.threads_per_replica <= cores;
+    return opt.pin_threads && opt.local_process >= 0 && (opt.local_process + 1) * R * opt.threads_per_replica <= cores;
   }
+  int first_core(int r) const { return (opt.local_process * R + r) * opt.threads_per_replica; }
 
   void thread_main(int r) {
-    if (pinnable()) pin_to_cores(r * opt.threads_per_replica, opt.threads_per_replica);
+    if (pinnable()) pin_to_cores(first_core(r), opt.threads_per_replica);
     omp_set_num_threads(opt.threads_per_replica);
     uint64_t seen = 0;
     for (;;) {
@@ -384,7 +385,7 @@ struct MirroredTrainer::Impl {
   void run_on_caller() {
     cpu_set_t saved;
     const bool pin = pinnable() && sched_getaffinity(0, sizeof saved, &saved) == 0;
-    if (pin) pin_to_cores(0, opt.threads_per_replica);
+    if (pin) pin_to_cores(first_core(0), opt.threads_per_replica);
     const int saved_threads = omp_get_max_threads();
     omp_set_num_threads(opt.threads_per_replica);
     try {

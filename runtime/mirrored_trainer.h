@@ -28,6 +28,10 @@ struct MirrorOptions {
   int64_t first_bucket_bytes = 1 << 20;
   bool overlap = true;          // false: all-reduce only after the whole backward (--no-overlap)
   bool pin_threads = true;
+  // This process's index among the processes of its host (OMT_LOCAL_RANK, mpirun's or Slurm's
+  // local rank): replica r is pinned to cores from (local_process * replicas + r) *
+  // threads_per_replica on, so that processes sharing a host do not share cores.
+  int local_process = 0;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
