@@ -184,6 +184,45 @@ TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
   }
 }
 
+// ---- ConvGrad's thin path -------------------------------------------------------------------
+
+// dW and dB of a thin convolution without dX (im2col + GEMM, grad_conv.cc) equal those of the
+// oneDNN path that computes dX as well.
+void expect_thin_weight_grad_matches(const Shape& xs, const Shape& ws, const AttributeMap& attrs) {
+  SCOPED_TRACE(::testing::Message() << "X " << shape_str(xs) << ", W " << shape_str(ws));
+  NamedTensors feeds;
+  feeds.set("x", random_tensor(xs, 8));
+  Graph probe = input_graph({{"x", DType::kFloat32}}, "y");
+  probe.initializers.set("w", random_tensor(ws, 9));
+  probe.nodes.push_back(make_node("", "Conv", {"x", "w"}, {"y"}, attrs));
+  const Tensor y = run_graph(probe, feeds);
+  feeds.set("dy", random_tensor(y.shape(), 10));
+  auto grads = [&](bool with_dx) {
+    Graph g = input_graph({{"dy", DType::kFloat32}, {"x", DType::kFloat32}}, "dw");
+    g.outputs.push_back(ValueInfo{"db", DType::kUndefined, {}});
+    g.initializers.set("w", probe.initializers.at("w"));
+    g.nodes.push_back(make_node(kOmtDomain, "ConvGrad", {"dy", "x", "w"}, {with_dx ? "dx" : "", "dw", "db"}, attrs));
+    if (with_dx) g.outputs.push_back(ValueInfo{"dx", DType::kUndefined, {}});
+    Model m;
+    m.graph = g;
+    m.opsets = {{"", 17}, {kOmtDomain, 1}};
+    Session s(std::make_shared<const Model>(m));
+    return s.run(feeds);
+  };
+  const NamedTensors thin = grads(false), full = grads(true);
+  EXPECT_TRUE(tensors_close(thin.at("dw"), full.at("dw"), 1e-5, 1e-5));
+  EXPECT_TRUE(tensors_close(thin.at("db"), full.at("db"), 1e-5, 1e-5));
+}
+
+TEST(ThinConvGrad, WeightAndBiasGradientsMatchTheOneDnnPath) {
+  expect_thin_weight_grad_matches({4, 1, 12, 12}, {8, 1, 3, 3}, AttributeMap());
+  AttributeMap strided;
+  strided.set("strides", Ints{2, 1});
+  strided.set("pads", Ints{1, 0, 0, 2});
+  strided.set("dilations", Ints{1, 2});
+  expect_thin_weight_grad_matches({3, 2, 11, 13}, {5, 2, 3, 2}, strided);
+}
+
 // ---- what the pass may fuse ----------------------------------------------------------------
 
 TEST(FuseGraph, LeavesValuesThatOthersNeed) {
