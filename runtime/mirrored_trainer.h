@@ -35,7 +35,11 @@ struct MirrorOptions {
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
-  SessionOptions session;       // device
+  SessionOptions session;       // device (Note [Replicas on GPUs] in mirrored_trainer.cc)
+  // This process's rank among the processes on its host (RendezvousConfig::local_rank): with
+  // several processes, local replica r runs on GPU (local_rank * replicas + r) mod the
+  // visible devices; one process alone starts at session.device_index. Unused on the CPU.
+  int local_rank = 0;
   // Note [Shared parameters]: tensors by initializer name (trainable parameters, BatchNorm
   // statistics) that local replica 0 uses as its own storage instead of clones. They start
   // the training (every replica copies them) and every step and load() writes into them in
@@ -63,7 +67,7 @@ struct StepTiming {
 struct MirroredStepResult {
   double loss = 0;              // mean over the global batch
   int64_t samples = 0;          // in the global batch
-  std::vector<NamedTensors> outputs;  // the model's outputs, per local replica
+  std::vector<NamedTensors> outputs;  // the model's outputs, per local replica (host memory)
   std::vector<double> replica_loss;   // each local replica's share of the loss
   StepTiming timing;
 };
@@ -93,9 +97,12 @@ class MirroredTrainer {
 
   // The first parameter whose gradient (in its bucket) or value holds a NaN or infinity on
   // any local replica, as "gradient of 'fc1.weight' on replica 1"; "" when all are finite.
+  // On a GPU this downloads every bucket and parameter.
   std::string first_nonfinite() const;
 
-  // Replica 0's parameters and state (optimizer buffers, BatchNorm statistics), by name.
+  // Replica 0's parameters and state (optimizer buffers, BatchNorm statistics), by name, in
+  // host memory: the trainer's own tensors on the CPU (no copy); on a GPU, fresh downloads
+  // that the next call of the same method replaces.
   const NamedTensors& parameters() const;
   const NamedTensors& state() const;
   // Overwrites every replica's parameters and state (resume from a checkpoint).
