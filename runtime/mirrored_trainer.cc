@@ -592,7 +592,8 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
     OMT_CHECK(m.R == 1 || !options.session.backend, kInvalidArgument, "MirrorOptions::session.backend is one ",
               "backend instance, which replicas cannot share on a GPU; leave it unset for ", m.R, " replicas");
     const int base = !processes ? options.session.device_index
-                                : m.opt.comm->device() >= 0 && m.R == 1 ? m.opt.comm->device() : options.local_rank * m.R;
+                                : m.opt.comm->device() >= 0 && m.R == 1 ? m.opt.comm->device()
+                                                                          : std::max(0, options.local_process) * m.R;
     for (int r = 0; r < m.R; ++r)
       m.reps[r].backend = options.session.backend ? options.session.backend
                                                   : get_backend(options.session.device, (base + r) % count);

@@ -30,16 +30,14 @@ struct MirrorOptions {
   bool pin_threads = true;
   // This process's index among the processes of its host (OMT_LOCAL_RANK, mpirun's or Slurm's
   // local rank): replica r is pinned to cores from (local_process * replicas + r) *
-  // threads_per_replica on, so that processes sharing a host do not share cores.
+  // threads_per_replica on, so that processes sharing a host do not share cores. On GPUs,
+  // with several processes, replica r runs on GPU (local_process * replicas + r) mod the
+  // visible devices (Note [Replicas on GPUs] in mirrored_trainer.cc).
   int local_process = 0;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
   SessionOptions session;       // device (Note [Replicas on GPUs] in mirrored_trainer.cc)
-  // This process's rank among the processes on its host (RendezvousConfig::local_rank): with
-  // several processes, local replica r runs on GPU (local_rank * replicas + r) mod the
-  // visible devices; one process alone starts at session.device_index. Unused on the CPU.
-  int local_rank = 0;
   // Note [Shared parameters]: tensors by initializer name (trainable parameters, BatchNorm
   // statistics) that local replica 0 uses as its own storage instead of clones. They start
   // the training (every replica copies them) and every step and load() writes into them in
