@@ -364,7 +364,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     if (bar) bar->finish();
     if (comm && comm->size() > 1) {
       std::vector<double> counts = {static_cast<double>(correct)};
-      comm->allreduce(counts.data(), 1, DType::kFloat64, ReduceOp::kSum)->wait(o.mirror.timeout);
+      trainer.sum_over_processes(counts.data(), counts.size(), DType::kFloat64);  // NCCL too
       correct = static_cast<int64_t>(counts[0]);
     }
     EpochStats es;

@@ -786,6 +786,10 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   return result;
 }
 
+void MirroredTrainer::sum_over_processes(void* data, size_t count, DType dtype) {
+  if (impl_->opt.comm && impl_->opt.comm->size() > 1) impl_->process_allreduce(data, count, dtype);
+}
+
 void MirroredTrainer::check_consistency() {
   Impl& m = *impl_;
   const auto& params = m.tg.params;

@@ -89,6 +89,11 @@ class MirroredTrainer {
   // the timeout.
   MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr);
 
+  // Sums host `data` (count elements) over the processes in place, through the process
+  // group; a device-memory one (NCCL) gets an upload and gives a download. A no-op in one
+  // process. Every process must call it at the same point.
+  void sum_over_processes(void* data, size_t count, DType dtype);
+
   // Compares a checksum of every parameter across all replicas of all processes; throws
   // kInternal naming the first diverging parameter and the replicas that disagree.
   void check_consistency();
