@@ -1,6 +1,7 @@
 // Trainer: a MirroredTrainer whose replica 0 trains the Model's own parameter store (Note
-// [One parameter store] in model.cc); fit runs omt::fit on the same store. On a GPU, a
-// single-replica omt::Trainer instead (Note [Training on a device]).
+// [One parameter store] in model.cc); fit runs omt::fit on the same store. On a GPU with one
+// replica in one process, step() uses a single-replica omt::Trainer instead (Note [Training
+// on a device]).
 #include "onnx_mirror/trainer.h"
 
 #include <algorithm>
@@ -32,11 +33,13 @@ struct Trainer::Impl {
   omt::TrainingSpec spec;
   omt::MirrorOptions mirror;
   std::unique_ptr<omt::MirroredTrainer> mt;
-  // Note [Training on a device]: MirroredTrainer runs on host memory only, so on another
-  // device the Trainer is one replica, an omt::Trainer whose parameters and optimizer state
-  // live on the device. After every step (and resume) the trained parameters and BatchNorm
-  // statistics are downloaded into the store in place, so predict, parameter() and save see
-  // them as on the CPU. fit and several replicas or processes are kUnsupported there for now.
+  // Note [Training on a device]: on a GPU with one replica in one process, step() runs an
+  // omt::Trainer whose parameters and optimizer state live on the device. After every step
+  // (and resume) the trained parameters and BatchNorm statistics are downloaded into the
+  // store in place, so predict, parameter() and save see them as on the CPU. fit, and several
+  // replicas or processes, run a MirroredTrainer on the GPUs (Note [Replicas on GPUs] in
+  // runtime/mirrored_trainer.cc), which writes the store back after every step the same way;
+  // after fit the single trainer reloads the store.
   std::unique_ptr<omt::Trainer> single;
   float lr = 0;
   int rank = 0, processes = 1;  // this process in its world (join_world)
@@ -91,12 +94,15 @@ struct Trainer::Impl {
   // After fit (its own MirroredTrainer on the same store): replicas 1..N-1 copy the store
   // again and the optimizer state starts fresh, so step() continues from fit's result.
   void resync(int64_t steps) {
-    const omt::TrainingGraph& tg = mt->training_graph();
+    const omt::TrainingGraph& tg = training_graph();
     const auto& store = model->model->graph.initializers;
     omt::NamedTensors params, state;
     for (const auto& p : tg.params) params.set(p.name, store.at(p.name));
     for (const auto& s : tg.states) state.set(s.name, store.has(s.name) ? store.at(s.name) : s.initial);
-    mt->load(params, state, steps);
+    if (single)
+      single->load(params, state, steps);
+    else
+      mt->load(params, state, steps);
   }
 };
 
@@ -171,7 +177,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
       rc.timeout = t.mirror.timeout;
       t.rank = rc.rank;
       t.processes = rc.world_size;
-      t.mirror.local_process = rc.local_rank;
+      t.mirror.local_process = rc.local_rank;  // its cores, and on GPUs its GPUs
       if (rc.world_size > 1) t.mirror.comm = omt::make_communicator(options.collectives, rc);
     }
 
@@ -179,19 +185,16 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     OMT_CHECK(!t.model->has_trainer, kInvalidArgument,
               "this Model already has a Trainer; destroy it before creating another (a Model's "
               "parameters are trained by one Trainer at a time)");
-    if (options.device != "cpu") {
+    t.mirror.session.device = options.device;
+    // Share the whole store; the trainer adopts (on a GPU: writes back) what it trains.
+    t.mirror.shared_parameters = t.model->model->graph.initializers;
+    if (options.device != "cpu" && options.replicas == 1 && t.processes == 1) {
       // Note [Training on a device].
-      OMT_CHECK(options.replicas == 1 && t.processes == 1, kUnsupported, "training on ", options.device, " with ",
-                options.replicas, " local replica(s) in a world of ", t.processes,
-                " process(es): data-parallel training (MirroredTrainer) does not run on ", options.device,
-                " yet. Use 1 replica and 1 process there, or device \"cpu\".");
       omt::SessionOptions so;
       so.device = options.device;
       so.num_threads = std::max(1, options.threads_per_replica);
       t.single = std::make_unique<omt::Trainer>(t.model->model, t.spec, so);
     } else {
-      // Share the whole store; the trainer adopts the parameters and statistics it trains.
-      t.mirror.shared_parameters = t.model->model->graph.initializers;
       t.mt = std::make_unique<omt::MirroredTrainer>(t.model->model, t.spec, t.mirror);
     }
     t.model->set_live(t.written());
@@ -239,9 +242,6 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
   return guarded([&] {
     Impl& t = *impl_;
     std::lock_guard<std::mutex> lock(t.model->mu);
-    OMT_CHECK(!t.single, kUnsupported, "fit on ", t.options.device,
-              ": the training loop runs on the data-parallel trainer (MirroredTrainer), which does not run on ",
-              t.options.device, " yet. Call step() in a loop, or fit with device \"cpu\".");
     omt::FitOptions o;
     o.spec = t.spec;
     o.mirror = t.mirror;  // shared_parameters: fit's replica 0 trains the store too

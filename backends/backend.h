@@ -98,6 +98,13 @@ class Backend {
   virtual void fill_zero(Tensor& dst);
   // Blocks until all work enqueued on this backend is done (nothing to wait for on the CPU).
   virtual void synchronize() {}
+  // The stream this backend's kernels and copies are ordered on, as its native handle
+  // (cudaStream_t on CUDA), for a device communicator that must order collectives after
+  // them; null on the CPU, whose work is done when the call returns.
+  virtual void* native_stream() const { return nullptr; }
+  // Devices of this backend's kind that the process sees (1 on the CPU). Throws like the
+  // backend's constructor when there is none.
+  virtual int device_count() const { return 1; }
 
   // Built on the above; free (the same handle, no copy) when nothing has to move.
   // `t` in host memory: `t` itself when it is on the host, else a download (which blocks).

@@ -59,6 +59,8 @@ std::shared_ptr<Work> Communicator::allgather(const void*, void*, size_t, DType)
 }
 std::shared_ptr<Work> Communicator::barrier() { unsupported("barrier"); }
 
+void Work::stream_wait(void* /*stream*/) { wait(); }
+
 void Communicator::unsupported(const char* what) const {
   OMT_FAIL(kUnsupported, "backend ", backend(), " does not support ", what,
            ". Pick another backend with --collectives.");

@@ -36,6 +36,12 @@ class Work {
   // True once the operation has finished, successfully or not. Never blocks.
   virtual bool done() const = 0;
 
+  // Stream-ordered synchronisation: makes `stream` (a native stream of the device the
+  // buffers are on, e.g. a cudaStream_t) wait on the device for this operation, without
+  // blocking the host and without a deadline; a later wait() still bounds it and reports
+  // failures. The default, for host-memory backends, is wait().
+  virtual void stream_wait(void* stream);
+
   // "allreduce(sum) of 1023 x float32 (3.996 KiB), op #7 on rank 1 of 4 (gloo)".
   virtual std::string describe() const = 0;
 };
@@ -60,6 +66,9 @@ class Communicator {
   virtual int size() const = 0;
   // Backend name as --collectives spells it: "gloo", "nccl".
   virtual const char* backend() const = 0;
+  // Where buffers must be: -1 for host memory (Gloo), else the index of the GPU whose
+  // device memory this communicator reads and writes (NCCL).
+  virtual int device() const { return -1; }
 
   // In place: every rank's `buf` (count elements of dtype) becomes the element-wise
   // reduction over all ranks. kAvg divides the sum by size(); for int64 the division

@@ -17,6 +17,28 @@ std::vector<std::string> available_collectives() {
 #endif
 }
 
+std::vector<std::shared_ptr<Communicator>> make_device_communicators(
+    const std::string& backend, Communicator* process_group, const std::vector<int>& devices,
+    const std::vector<void*>& streams, std::chrono::milliseconds timeout) {
+  OMT_CHECK(backend == "nccl", kInvalidArgument, "device communicators: '", backend,
+            "' does not reduce device memory; use nccl.");
+  OMT_ASSERT(streams.size() == devices.size(), "one stream per device");
+#ifdef OMT_HAVE_NCCL
+  std::vector<std::shared_ptr<Communicator>> out;
+  auto comms = NcclCommunicator::create_group(process_group, devices, timeout);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    comms[i]->set_compute_stream(static_cast<cudaStream_t>(streams[i]));
+    out.push_back(std::move(comms[i]));
+  }
+  return out;
+#else
+  (void)process_group;
+  (void)timeout;
+  OMT_FAIL(kUnsupported, "training on GPUs needs NCCL, and this build has none (configured "
+           "without CUDA). Rebuild with -DOMT_WITH_CUDA=ON, or use --device cpu.");
+#endif
+}
+
 std::unique_ptr<Communicator> make_communicator(const std::string& backend,
                                                 const RendezvousConfig& config) {
   if (backend == "gloo") return std::make_unique<GlooCommunicator>(config);

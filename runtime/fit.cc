@@ -223,10 +223,6 @@ EvalResult evaluate(Predictor& predictor, const std::string& input_name, const T
 FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
               const FitOptions& o, std::ostream& log) {
   FitResult result;
-  // MirroredTrainer keeps buckets, shared parameters and the loss in host memory.
-  OMT_CHECK(o.mirror.session.device == "cpu" && !o.mirror.session.backend, kUnsupported, "fit on ",
-            o.mirror.session.device, ": the data-parallel trainer does not run on ", o.mirror.session.device,
-            " yet. Train with device \"cpu\", or step a single-replica Trainer on the GPU.");
   const auto& comm = o.mirror.comm;
   const bool leader = !comm || comm->rank() == 0;
   OMT_CHECK(model->graph.inputs.size() == 1, kInvalidArgument, "fit trains models with one input; '",
@@ -368,7 +364,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     if (bar) bar->finish();
     if (comm && comm->size() > 1) {
       std::vector<double> counts = {static_cast<double>(correct)};
-      comm->allreduce(counts.data(), 1, DType::kFloat64, ReduceOp::kSum)->wait(o.mirror.timeout);
+      trainer.sum_over_processes(counts.data(), counts.size(), DType::kFloat64);  // NCCL too
       correct = static_cast<int64_t>(counts[0]);
     }
     EpochStats es;

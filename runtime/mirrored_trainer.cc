@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/factory.h"
 #include "common/file_util.h"
 
 namespace omt {
@@ -46,6 +47,25 @@ int64_t ReplicaBatch::size() const {
 // the new values with no copy. Before updating, a replica waits until every local replica has
 // finished its backward graph, which reads the parameters. Otherwise (R == 1, or another
 // optimizer op) each replica keeps its own copy and runs the whole update.
+
+// Note [Replicas on GPUs]: on a GPU backend each local replica has a backend instance of its
+// own (one GPU, one compute stream) shared by its two Sessions, and keeps everything in that
+// GPU's memory: parameters, optimizer state, buckets. Local replica r of process p is global
+// replica p * R + r. Gradients are reduced by device communicators (NCCL) spanning every GPU
+// of every process, not by the host loop of reduce_bucket: after the node that finishes a
+// bucket, each replica's own thread starts an in-place all-reduce(sum) of its own bucket,
+// which the communicator orders after the work enqueued so far on the replica's compute
+// stream; before the first optimizer node of a bucket the compute stream waits for that
+// all-reduce on the device (Work::stream_wait), so the host does not block inside the step,
+// and each replica updates its own parameters from its own reduced bucket (no sliced update).
+// At the end of its step a replica waits on the host, bounded by the timeout, for its
+// all-reduces and only then downloads its loss and outputs: a dead peer is an error, never a
+// hang. One GPU in one process needs no communicator. BatchNorm statistics are downloaded,
+// averaged on the host and uploaded (only when there is more than one replica). Shared
+// parameters (Note [Shared parameters]) stay host tensors: replica 0 trains device copies and
+// downloads them into the shared tensors after every step and load(), the cheapest rule that
+// keeps the holder's view current between steps. Timings are host times: compute_ms includes
+// waiting for the GPU at the end of the step.
 
 namespace {
 
@@ -123,6 +143,11 @@ struct MirroredTrainer::Impl {
     std::shared_ptr<Work> work;
   };
   struct Replica {
+    std::shared_ptr<Backend> backend;  // GPU: this replica's device and stream; null on the CPU
+    std::shared_ptr<Communicator> comm;  // GPU: reduces this replica's buckets; null in a world of one
+    std::vector<std::shared_ptr<Work>> works;  // GPU: this step's all-reduce per bucket
+    std::vector<char> stream_waited;           // GPU: the compute stream already waits for bucket b
+    Tensor loss_value;                         // GPU: downloaded at the end of the step
     std::unique_ptr<Session> backward, update;
     NamedTensors params, state;
     NamedTensors update_feeds;  // sliced update: views of this replica's slices, built once
@@ -142,6 +167,10 @@ struct MirroredTrainer::Impl {
   std::vector<Replica> reps;
   std::vector<std::vector<int>> ready_after;  // backward node -> buckets finished by it
   bool sliced = false;                        // Note [Sliced update]
+  bool on_device = false;                     // Note [Replicas on GPUs]
+  std::vector<std::string> write_back;        // GPU: shared tensors replica 0 downloads into
+  std::shared_ptr<Backend> comm_backend;      // stages host data for a device-memory process group
+  mutable NamedTensors host_params, host_state;  // GPU: what parameters() and state() return
   int64_t steps = 0;
   Clock::time_point origin = Clock::now();
 
@@ -169,7 +198,13 @@ struct MirroredTrainer::Impl {
 
   // Stores a new value of replica r's parameter or state `name`: in place into shared storage
   // (Note [Shared parameters] in mirrored_trainer.h), otherwise by taking the new handle.
+  // On a GPU every replica owns device tensors (Note [Replicas on GPUs]).
   void store(int r, const std::string& name, Tensor& slot, const Tensor& value) const {
+    if (on_device) {
+      Backend& b = *reps[r].backend;
+      slot = b.holds(value) ? value : b.clone(value);
+      return;
+    }
     const bool shared_by_replicas = sliced && !is_batchnorm_state(name);
     if (shared_by_replicas && r != 0) return;  // replica 0's tensor, written below
     if (!shared_by_replicas && (r != 0 || !opt.shared_parameters.has(name))) {
@@ -235,7 +270,21 @@ struct MirroredTrainer::Impl {
     cv.notify_all();
   }
 
-  void arrive(int b) {
+  // GPU: replica r starts the all-reduce of its own bucket b (Note [Replicas on GPUs]).
+  void start_device_allreduce(int b, int r) {
+    Replica& rep = reps[r];
+    if (!rep.comm) return;  // one GPU in one process: the bucket is the gradient already
+    const double t0 = now_us();
+    Tensor& bucket = rep.buckets[b];
+    rep.works[b] = rep.comm->allreduce(bucket.raw(), static_cast<size_t>(bucket.numel()), DType::kFloat32, ReduceOp::kSum);
+    const double t1 = now_us();
+    std::lock_guard<std::mutex> lock(mu);
+    comm_ms += (t1 - t0) / 1000.0;
+    if (opt.trace) rep.events.push_back({"all-reduce bucket " + std::to_string(b) + " (enqueue)", "comm", t0, t1 - t0, r});
+  }
+
+  void arrive(int b, int r) {
+    if (on_device) return start_device_allreduce(b, r);
     bool last;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -246,6 +295,14 @@ struct MirroredTrainer::Impl {
   }
 
   void wait_bucket(int b, int r) {
+    if (on_device) {  // a wait on the device: the compute stream waits for the all-reduce
+      Replica& rep = reps[r];
+      if (rep.comm && !rep.stream_waited[b]) {
+        rep.works[b]->stream_wait(rep.backend->native_stream());
+        rep.stream_waited[b] = 1;
+      }
+      return;
+    }
     const double t0 = now_us();
     std::unique_lock<std::mutex> lock(mu);
     const auto deadline = Clock::now() + opt.timeout;
@@ -288,7 +345,7 @@ struct MirroredTrainer::Impl {
     bw_hooks.after_node = [&](int k) {
       if (opt.trace) rep.events.push_back({rep.backward->node(k).name, "kernel", kernel_start, now_us() - kernel_start, r});
       if (opt.overlap)
-        for (int b : ready_after[k]) arrive(b);
+        for (int b : ready_after[k]) arrive(b, r);
     };
     if (n > 0) {
       NamedTensors f;
@@ -298,15 +355,23 @@ struct MirroredTrainer::Impl {
       for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
       for (const auto& s : plan.batchnorm_states) f.set(s, rep.state.at(s));
       NamedTensors out = rep.backward->run(f, &bw_hooks);
-      rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_samples);
+      if (on_device)
+        rep.loss_value = out.at(tg.loss);  // downloaded once the update is enqueued
+      else
+        rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_samples);
       for (const auto& s : tg.states)
         if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
       for (const auto& o : model->graph.outputs) rep.outputs.set(o.name, out.at(o.name));
       if (!opt.overlap)
-        for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b));
+        for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b), r);
     } else {
-      for (auto& b : rep.buckets) std::memset(b.raw(), 0, b.nbytes());
-      for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b));
+      for (auto& b : rep.buckets) {
+        if (on_device)
+          rep.backend->fill_zero(b);
+        else
+          std::memset(b.raw(), 0, b.nbytes());
+      }
+      for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b), r);
     }
     const double backward_end = now_us();
 
@@ -329,7 +394,9 @@ struct MirroredTrainer::Impl {
       f.set(tg.lr, Tensor::scalar<float>(lr));
       f.set(tg.step, Tensor::scalar<int64_t>(steps + 1));
       for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
-      for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], reps[0].grad_views[k]);
+      // The reduced gradients: replica 0's buckets on the CPU, each replica's own on a GPU.
+      const Replica& reduced = on_device ? rep : reps[0];
+      for (size_t k = 0; k < tg.params.size(); ++k) f.set(plan.grads[k], reduced.grad_views[k]);
       for (const auto& s : tg.states)
         if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
       NamedTensors out = rep.update->run(f, &up_hooks);
@@ -337,9 +404,80 @@ struct MirroredTrainer::Impl {
       for (const auto& s : tg.states)
         if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
     }
+    if (on_device) finish_device_step(r, n);
     const double end = now_us();
     rep.compute_ms = (end - start) / 1000.0 - rep.exposed_ms;
     (void)backward_end;
+  }
+
+  // GPU, end of replica r's step: waits (bounded) for its all-reduces, then downloads its
+  // loss and outputs (Note [Replicas on GPUs]).
+  void finish_device_step(int r, int64_t n) {
+    Replica& rep = reps[r];
+    const double t0 = now_us();
+    for (auto& work : rep.works)
+      if (work) {
+        work->wait(opt.timeout);  // throws a communication error, aborting the communicator
+        work.reset();
+      }
+    std::fill(rep.stream_waited.begin(), rep.stream_waited.end(), 0);
+    const double t1 = now_us();
+    if (opt.trace && t1 - t0 > 1) rep.events.push_back({"wait all-reduces", "wait", t0, t1 - t0, r});
+    if (n > 0)
+      rep.loss = rep.backend->to_host(rep.loss_value).value_as_double(0) * static_cast<double>(n) /
+                 static_cast<double>(global_samples);
+    rep.loss_value = Tensor();
+    NamedTensors host;
+    for (const auto& name : rep.outputs.names()) host.set(name, rep.backend->to_host(rep.outputs.at(name)));
+    rep.outputs = host;
+  }
+
+  // `t` (replica r's) in host memory: itself on the CPU, a download on a GPU.
+  Tensor host_copy(int r, const Tensor& t) const { return on_device ? reps[r].backend->to_host(t) : t; }
+
+  // GPU: replica 0's trained values into the shared host tensors (Note [Replicas on GPUs]).
+  void write_back_shared() {
+    for (const auto& name : write_back) {
+      const Tensor& v = reps[0].params.has(name) ? reps[0].params.at(name) : reps[0].state.at(name);
+      Tensor& host = opt.shared_parameters.at(name);
+      reps[0].backend->copy_to_host(v, host.raw());
+    }
+  }
+
+  // Collectives over the processes on host data (loss, BatchNorm statistics, checksums, the
+  // initial broadcast): direct on a host-memory process group; through device memory of the
+  // group's GPU on a device-memory one (NCCL as the process group).
+  Backend& staging() {
+    if (!comm_backend) comm_backend = get_backend(opt.session.device, opt.comm->device());
+    return *comm_backend;
+  }
+  void process_allreduce(void* data, size_t count, DType dtype) {
+    if (opt.comm->device() < 0) return opt.comm->allreduce(data, count, dtype, ReduceOp::kSum)->wait(opt.timeout);
+    Backend& b = staging();
+    Tensor d = b.allocate(dtype, {static_cast<int64_t>(count)});
+    b.copy_from_host(data, d);
+    b.synchronize();  // the communicator does not order after the staging stream
+    opt.comm->allreduce(d.raw(), count, dtype, ReduceOp::kSum)->wait(opt.timeout);
+    b.copy_to_host(d, data);
+  }
+  void process_broadcast(void* data, size_t count, DType dtype) {
+    if (opt.comm->device() < 0) return opt.comm->broadcast(data, count, dtype, 0)->wait(opt.timeout);
+    Backend& b = staging();
+    Tensor d = b.allocate(dtype, {static_cast<int64_t>(count)});
+    b.copy_from_host(data, d);
+    b.synchronize();
+    opt.comm->broadcast(d.raw(), count, dtype, 0)->wait(opt.timeout);
+    b.copy_to_host(d, data);
+  }
+  void process_allgather(const void* send, void* recv, size_t count, DType dtype) {
+    if (opt.comm->device() < 0) return opt.comm->allgather(send, recv, count, dtype)->wait(opt.timeout);
+    Backend& b = staging();
+    Tensor ds = b.allocate(dtype, {static_cast<int64_t>(count)});
+    Tensor dr = b.allocate(dtype, {static_cast<int64_t>(count) * opt.comm->size()});
+    b.copy_from_host(send, ds);
+    b.synchronize();
+    opt.comm->allgather(ds.raw(), dr.raw(), count, dtype)->wait(opt.timeout);
+    b.copy_to_host(dr, recv);
   }
 
 
@@ -416,16 +554,19 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   TrainingSpec s = spec;
   s.with_optimizer = true;
   m.tg = build_training_graph(*m.model, s);
+  // The CPU keeps one Session-made backend per Session; a GPU one backend per replica.
+  m.on_device = options.session.backend ? options.session.backend->device().kind != DeviceKind::kCpu
+                                        : options.session.device != "cpu";
+  std::shared_ptr<Backend> probe;  // checks the device early ("no CUDA device ...")
+  if (options.fuse || m.on_device)
+    probe = options.session.backend ? options.session.backend
+                                    : get_backend(options.session.device, options.session.device_index);
   OpSupported fusable;
-  if (options.fuse) {
-    std::shared_ptr<Backend> backend = get_backend(options.session.device, options.session.device_index);
-    fusable = [backend](const std::string& domain, const std::string& op) { return backend->supports(domain, op); };
-  }
+  if (options.fuse)
+    fusable = [probe](const std::string& domain, const std::string& op) { return probe->supports(domain, op); };
   m.plan = plan_mirror(m.tg, options.bucket_cap_bytes, options.first_bucket_bytes, fusable);
   auto backward = std::make_shared<const Model>(m.plan.backward);
   auto update = std::make_shared<const Model>(m.plan.update);
-  SessionOptions so = options.session;
-  so.num_threads = options.threads_per_replica;
   m.ready_after.assign(m.plan.backward.graph.nodes.size(), {});
   for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
     m.ready_after[m.plan.buckets.buckets[b].ready_node].push_back(static_cast<int>(b));
@@ -438,11 +579,44 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
               init ? "has " + init->describe() : std::string("has no such initializer"),
               "; share only the model's own initializers");
   }
-  m.sliced = m.R > 1 && sliceable_update(m.plan, m.tg);
+  m.sliced = m.R > 1 && !m.on_device && sliceable_update(m.plan, m.tg);
   m.reps.resize(static_cast<size_t>(m.R));
+  const bool processes = m.opt.comm && m.opt.comm->size() > 1;
+  NamedTensors initial;  // GPU: the parameters' host start values, equal on every process
+  if (m.on_device) {
+    // Note [Replicas on GPUs]: one GPU per local replica, each with its own backend.
+    const int count = probe->device_count();
+    OMT_CHECK(m.R <= count, kInvalidArgument, "--replicas ", m.R, " on ", options.session.device,
+              ": each replica needs a GPU of its own and this machine shows ", count, ". Use --replicas ", count,
+              " or fewer.");
+    OMT_CHECK(m.R == 1 || !options.session.backend, kInvalidArgument, "MirrorOptions::session.backend is one ",
+              "backend instance, which replicas cannot share on a GPU; leave it unset for ", m.R, " replicas");
+    const int base = !processes ? options.session.device_index
+                                : m.opt.comm->device() >= 0 && m.R == 1 ? m.opt.comm->device()
+                                                                          : std::max(0, options.local_process) * m.R;
+    for (int r = 0; r < m.R; ++r)
+      m.reps[r].backend = options.session.backend ? options.session.backend
+                                                  : get_backend(options.session.device, (base + r) % count);
+    for (const auto& p : m.tg.params) {
+      Tensor t = shared.has(p.name) ? shared.at(p.name) : m.model->graph.initializers.at(p.name);
+      if (processes) {  // process 0's start (MirroredStrategy semantics), into the shared tensor if any
+        if (!shared.has(p.name)) t = t.clone();
+        m.process_broadcast(t.raw(), static_cast<size_t>(t.numel()), t.dtype());
+      }
+      initial.set(p.name, t);
+    }
+    for (const auto& p : m.tg.params)
+      if (shared.has(p.name)) m.write_back.push_back(p.name);
+    for (const auto& s : m.plan.batchnorm_states)
+      if (shared.has(s)) m.write_back.push_back(s);
+  }
   for (size_t r = 0; r < m.reps.size(); ++r) {
     Impl::Replica& rep = m.reps[r];
+    SessionOptions so = options.session;
+    so.num_threads = options.threads_per_replica;
+    if (m.on_device) so.backend = rep.backend;
     auto start = [&](const std::string& name, const Tensor& fallback, bool replica_shared) {
+      if (m.on_device) return rep.backend->clone(initial.has(name) ? initial.at(name) : shared.has(name) ? shared.at(name) : fallback);
       if (replica_shared && r > 0) return m.reps[0].params.has(name) ? m.reps[0].params.at(name) : m.reps[0].state.at(name);
       if (!shared.has(name)) return fallback.clone();
       return r == 0 ? shared.at(name) : shared.at(name).clone();
@@ -453,13 +627,21 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
     for (const auto& p : m.tg.params)
       rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name), m.sliced));
     for (const auto& st : m.tg.states) rep.state.set(st.name, start(st.name, st.initial, m.sliced && !m.is_batchnorm_state(st.name)));
-    for (const auto& b : m.plan.buckets.buckets) rep.buckets.push_back(Tensor::zeros(DType::kFloat32, {b.elements}));
+    for (const auto& b : m.plan.buckets.buckets) {
+      if (!m.on_device) {
+        rep.buckets.push_back(Tensor::zeros(DType::kFloat32, {b.elements}));
+        continue;
+      }
+      rep.buckets.push_back(rep.backend->allocate(DType::kFloat32, {b.elements}));
+      rep.backend->fill_zero(rep.buckets.back());
+    }
     std::map<std::string, Tensor> views;
     for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
       for (const auto& slot : m.plan.buckets.buckets[b].slots) {
         const Tensor& p = rep.params.at(slot.param);
-        views[slot.param] = Tensor::wrap(DType::kFloat32, p.shape(), rep.buckets[b].data<float>() + slot.offset,
-                                         std::make_shared<Tensor>(rep.buckets[b]));
+        Tensor& bucket = rep.buckets[b];
+        views[slot.param] = Tensor::wrap(DType::kFloat32, p.shape(), bucket.data<float>() + slot.offset,
+                                         std::make_shared<Tensor>(bucket), bucket.device());
         rep.backward->bind_output(slot.grad, views[slot.param]);
       }
     for (const auto& p : m.tg.params) rep.grad_views.push_back(views.at(p.name));
@@ -470,7 +652,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       auto slice = [&](const Tensor& t) {
         const auto [begin, end] = slice_bounds(t.numel(), r, m.R);
         return Tensor::wrap(DType::kFloat32, {end - begin}, const_cast<float*>(t.data<float>()) + begin,
-                            std::make_shared<Tensor>(t));
+                            std::make_shared<Tensor>(t), t.device());
       };
       for (size_t k = 0; k < m.tg.params.size(); ++k) {
         f.set(m.tg.params[k].name, slice(m.reps[0].params.at(m.tg.params[k].name)));
@@ -479,8 +661,24 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       for (const auto& st : m.tg.states)
         if (!m.is_batchnorm_state(st.name)) f.set(st.name, slice(m.reps[0].state.at(st.name)));
     }
-  // Parameters start equal everywhere: broadcast process 0's (MirroredStrategy semantics).
-  if (m.opt.comm && m.opt.comm->size() > 1) {
+  if (m.on_device && m.R * (processes ? m.opt.comm->size() : 1) > 1) {
+    // One device communicator per replica, spanning every GPU of every process.
+    std::vector<int> devices;
+    std::vector<void*> streams;
+    for (const auto& rep : m.reps) {
+      devices.push_back(rep.backend->device().index);
+      streams.push_back(rep.backend->native_stream());
+    }
+    auto comms = make_device_communicators("nccl", processes ? m.opt.comm.get() : nullptr, devices, streams, m.opt.timeout);
+    for (int r = 0; r < m.R; ++r) {
+      m.reps[r].comm = comms[r];
+      m.reps[r].works.resize(m.plan.buckets.buckets.size());
+      m.reps[r].stream_waited.assign(m.plan.buckets.buckets.size(), 0);
+    }
+  }
+  // Parameters start equal everywhere: broadcast process 0's (MirroredStrategy semantics; on a
+  // GPU done above, before the upload).
+  if (processes && !m.on_device) {
     for (const auto& p : m.tg.params) {
       Tensor& t = m.reps[0].params.at(p.name);
       m.opt.comm->broadcast(t.raw(), static_cast<size_t>(t.numel()), t.dtype(), 0)->wait(m.opt.timeout);
@@ -545,22 +743,28 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   // Loss and BatchNorm statistics: summed / averaged over local replicas, then processes.
   std::vector<float> packed = {0.0f};
   for (auto& rep : m.reps) packed[0] += static_cast<float>(rep.loss);
-  for (const auto& s : m.plan.batchnorm_states) {
-    const int64_t n = m.reps[0].state.at(s).numel();
-    for (int64_t i = 0; i < n; ++i) {
-      double sum = 0;
-      for (auto& rep : m.reps) sum += rep.state.at(s).data<float>()[i];
-      packed.push_back(static_cast<float>(sum / m.R));
+  // On a GPU the statistics are downloaded, and only when there is something to average.
+  const bool average = !m.on_device || world_size() > 1;
+  if (average)
+    for (const auto& s : m.plan.batchnorm_states) {
+      std::vector<Tensor> values;
+      for (int r = 0; r < m.R; ++r) values.push_back(m.host_copy(r, m.reps[r].state.at(s)));
+      const int64_t n = values[0].numel();
+      for (int64_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (const Tensor& v : values) sum += v.data<float>()[i];
+        packed.push_back(static_cast<float>(sum / m.R));
+      }
     }
-  }
   if (m.opt.comm && m.opt.comm->size() > 1) {
     const float procs = static_cast<float>(m.opt.comm->size());
-    m.opt.comm->allreduce(packed.data(), packed.size(), DType::kFloat32, ReduceOp::kSum)->wait(m.opt.timeout);
+    m.process_allreduce(packed.data(), packed.size(), DType::kFloat32);
     for (size_t i = 1; i < packed.size(); ++i) packed[i] /= procs;
   }
   result.loss = packed[0];
   size_t pos = 1;
-  for (const auto& s : m.plan.batchnorm_states) {
+  const std::vector<std::string> none;
+  for (const auto& s : average ? m.plan.batchnorm_states : none) {
     const int64_t n = m.reps[0].state.at(s).numel();
     for (int r = 0; r < m.R; ++r) {
       Tensor fresh = Tensor::empty(DType::kFloat32, m.reps[r].state.at(s).shape());
@@ -575,10 +779,15 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
     result.timing.compute_ms += rep.compute_ms / m.R;
     result.timing.exposed_comm_ms += rep.exposed_ms / m.R;
   }
+  if (m.on_device) m.write_back_shared();
   result.timing.comm_ms = m.comm_ms;
   result.timing.step_ms = (m.now_us() - t0) / 1000.0;
   ++m.steps;
   return result;
+}
+
+void MirroredTrainer::sum_over_processes(void* data, size_t count, DType dtype) {
+  if (impl_->opt.comm && impl_->opt.comm->size() > 1) impl_->process_allreduce(data, count, dtype);
 }
 
 void MirroredTrainer::check_consistency() {
@@ -586,10 +795,10 @@ void MirroredTrainer::check_consistency() {
   const auto& params = m.tg.params;
   std::vector<int64_t> mine(params.size());
   for (size_t k = 0; k < params.size(); ++k) {
-    const Tensor& t0 = m.reps[0].params.at(params[k].name);
+    const Tensor t0 = m.host_copy(0, m.reps[0].params.at(params[k].name));
     mine[k] = static_cast<int64_t>(fnv1a(t0.raw(), t0.nbytes()));
     for (int r = 1; r < m.R; ++r) {
-      const Tensor& t = m.reps[r].params.at(params[k].name);
+      const Tensor t = m.host_copy(r, m.reps[r].params.at(params[k].name));
       OMT_CHECK(fnv1a(t.raw(), t.nbytes()) == static_cast<uint64_t>(mine[k]), kInternal,
                 "replicas diverged: parameter '", params[k].name, "' differs between replica ",
                 first_global_replica(), " and replica ", first_global_replica() + r,
@@ -599,7 +808,7 @@ void MirroredTrainer::check_consistency() {
   if (m.opt.comm && m.opt.comm->size() > 1) {
     const int P = m.opt.comm->size();
     std::vector<int64_t> all(params.size() * static_cast<size_t>(P));
-    m.opt.comm->allgather(mine.data(), all.data(), mine.size(), DType::kInt64)->wait(m.opt.timeout);
+    m.process_allgather(mine.data(), all.data(), mine.size(), DType::kInt64);
     for (int p = 0; p < P; ++p)
       for (size_t k = 0; k < params.size(); ++k)
         OMT_CHECK(all[p * params.size() + k] == all[k], kInternal, "replicas diverged: parameter '",
@@ -617,22 +826,36 @@ std::string MirroredTrainer::first_nonfinite() const {
     return true;
   };
   for (int r = 0; r < m.R; ++r)
-    for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
+    for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b) {
+      const Tensor bucket = m.host_copy(r, m.reps[r].buckets[b]);
       for (const auto& slot : m.plan.buckets.buckets[b].slots) {
         const Tensor view = Tensor::wrap(DType::kFloat32, {slot.elements},
-                                         const_cast<float*>(m.reps[r].buckets[b].data<float>()) + slot.offset, nullptr);
+                                         const_cast<float*>(bucket.data<float>()) + slot.offset, nullptr, bucket.device());
         if (!finite(view))
           return str_cat("the gradient of '", slot.param, "' on replica ", first_global_replica() + r);
       }
+    }
   for (int r = 0; r < m.R; ++r)
     for (const auto& n : m.reps[r].params.names())
-      if (!finite(m.reps[r].params.at(n)))
+      if (!finite(m.host_copy(r, m.reps[r].params.at(n))))
         return str_cat("parameter '", n, "' on replica ", first_global_replica() + r);
   return "";
 }
 
-const NamedTensors& MirroredTrainer::parameters() const { return impl_->reps[0].params; }
-const NamedTensors& MirroredTrainer::state() const { return impl_->reps[0].state; }
+const NamedTensors& MirroredTrainer::parameters() const {
+  const Impl& m = *impl_;
+  if (!m.on_device) return m.reps[0].params;
+  m.host_params = NamedTensors();
+  for (const auto& n : m.reps[0].params.names()) m.host_params.set(n, m.host_copy(0, m.reps[0].params.at(n)));
+  return m.host_params;
+}
+const NamedTensors& MirroredTrainer::state() const {
+  const Impl& m = *impl_;
+  if (!m.on_device) return m.reps[0].state;
+  m.host_state = NamedTensors();
+  for (const auto& n : m.reps[0].state.names()) m.host_state.set(n, m.host_copy(0, m.reps[0].state.at(n)));
+  return m.host_state;
+}
 int64_t MirroredTrainer::steps_done() const { return impl_->steps; }
 const MirrorPlan& MirroredTrainer::plan() const { return impl_->plan; }
 const TrainingGraph& MirroredTrainer::training_graph() const { return impl_->tg; }
@@ -656,14 +879,16 @@ void MirroredTrainer::load(const NamedTensors& params, const NamedTensors& state
       m.store(r, n, rep.state.at(n), state.at(n).clone());
     }
   }
+  if (m.on_device) m.write_back_shared();
   m.steps = steps_done;
 }
 
 Model MirroredTrainer::trained_model() const {
   const Impl& m = *impl_;
   Model out = *m.model;
-  for (const auto& p : m.tg.params) out.graph.initializers.at(p.name) = m.reps[0].params.at(p.name).clone();
-  for (const auto& s : m.plan.batchnorm_states) out.graph.initializers.at(s) = m.reps[0].state.at(s).clone();
+  auto host = [&](const Tensor& t) { return m.on_device ? m.host_copy(0, t) : t.clone(); };
+  for (const auto& p : m.tg.params) out.graph.initializers.at(p.name) = host(m.reps[0].params.at(p.name));
+  for (const auto& s : m.plan.batchnorm_states) out.graph.initializers.at(s) = host(m.reps[0].state.at(s));
   return out;
 }
 

@@ -30,12 +30,14 @@ struct MirrorOptions {
   bool pin_threads = true;
   // This process's index among the processes of its host (OMT_LOCAL_RANK, mpirun's or Slurm's
   // local rank): replica r is pinned to cores from (local_process * replicas + r) *
-  // threads_per_replica on, so that processes sharing a host do not share cores.
+  // threads_per_replica on, so that processes sharing a host do not share cores. On GPUs,
+  // with several processes, replica r runs on GPU (local_process * replicas + r) mod the
+  // visible devices (Note [Replicas on GPUs] in mirrored_trainer.cc).
   int local_process = 0;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
-  SessionOptions session;       // device
+  SessionOptions session;       // device (Note [Replicas on GPUs] in mirrored_trainer.cc)
   // Note [Shared parameters]: tensors by initializer name (trainable parameters, BatchNorm
   // statistics) that local replica 0 uses as its own storage instead of clones. They start
   // the training (every replica copies them) and every step and load() writes into them in
@@ -63,7 +65,7 @@ struct StepTiming {
 struct MirroredStepResult {
   double loss = 0;              // mean over the global batch
   int64_t samples = 0;          // in the global batch
-  std::vector<NamedTensors> outputs;  // the model's outputs, per local replica
+  std::vector<NamedTensors> outputs;  // the model's outputs, per local replica (host memory)
   std::vector<double> replica_loss;   // each local replica's share of the loss
   StepTiming timing;
 };
@@ -87,15 +89,23 @@ class MirroredTrainer {
   // the timeout.
   MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr);
 
+  // Sums host `data` (count elements) over the processes in place, through the process
+  // group; a device-memory one (NCCL) gets an upload and gives a download. A no-op in one
+  // process. Every process must call it at the same point.
+  void sum_over_processes(void* data, size_t count, DType dtype);
+
   // Compares a checksum of every parameter across all replicas of all processes; throws
   // kInternal naming the first diverging parameter and the replicas that disagree.
   void check_consistency();
 
   // The first parameter whose gradient (in its bucket) or value holds a NaN or infinity on
   // any local replica, as "gradient of 'fc1.weight' on replica 1"; "" when all are finite.
+  // On a GPU this downloads every bucket and parameter.
   std::string first_nonfinite() const;
 
-  // Replica 0's parameters and state (optimizer buffers, BatchNorm statistics), by name.
+  // Replica 0's parameters and state (optimizer buffers, BatchNorm statistics), by name, in
+  // host memory: the trainer's own tensors on the CPU (no copy); on a GPU, fresh downloads
+  // that the next call of the same method replaces.
   const NamedTensors& parameters() const;
   const NamedTensors& state() const;
   // Overwrites every replica's parameters and state (resume from a checkpoint).

@@ -210,13 +210,7 @@ std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store
 int run_train(const TrainArgs& a, char** argv) {
   if (a.global_batch < 1) fail(ErrorKind::kInvalidArgument, "--global-batch must be at least 1");
   if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
-  if (a.device != "cpu") {
-    load_for_training(a.model, a.device);  // no usable GPU: that error first
-    fail(ErrorKind::kUnsupported, "train --device ", a.device,
-         ": the training loop runs on the data-parallel trainer, which does not run on ", a.device,
-         " yet (one GPU or several). Use --device cpu for train; `grad --device ", a.device,
-         "`, predict and eval run on ", a.device, ".");
-  }
+  if (a.device != "cpu") load_for_training(a.model, a.device);  // no usable GPU: that error first, before the data
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
   std::vector<pid_t> children;
   std::string store_dir;
@@ -341,7 +335,7 @@ void register_train(CLI::App& app) {
     sub->add_option("--replicas", a->replicas, "local replicas (threads) per process");
     sub->add_option("--nproc", a->nproc, "processes on this host (each with --replicas replicas)");
     sub->add_option("--collectives", a->collectives, "gloo | nccl");
-    sub->add_option("--device", a->device, "cpu (cuda: not yet for train; grad, predict and eval run there)");
+    sub->add_option("--device", a->device, "cpu | cuda (one GPU per replica: --replicas N uses GPUs 0..N-1)");
     sub->add_option("--seed", a->seed, "seed of the data order");
     sub->add_flag("--no-shuffle", a->no_shuffle, "keep the data order");
     sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-check.sh: every GPU check for a machine with a GPU and no package manager, from a build
 # made elsewhere. Runs the GPU tests (CTest label gpu, else the test binary directly), then a
-# training benchmark: onnx-mirror-train on the CNN (--device cuda), and PyTorch (the machine's
-# own torch) training the same CNN and a Transformer encoder layer; prints a summary table.
+# training benchmark: onnx-mirror-train (MirroredTrainer, --device cuda) on the CNN, on two GPUs
+# when there are two, and on the reference Transformer layer, and PyTorch (the machine's own
+# torch, when it has one) training the same models; prints a summary table.
 # GPU tests run as the cuda_tests binary (label gpu in CTest on the build machine).
 # Budget: under 8 minutes. Run from the repository root:
 #
@@ -41,43 +42,43 @@ if grep -q "no CUDA device" "$OUT/gpu-tests.log"; then row "GPU tests" "SKIPPED 
 elif [[ $TEST_RC -eq 0 ]]; then row "GPU tests" "PASS"
 else row "GPU tests" "FAIL (rc $TEST_RC, see $OUT/gpu-tests.log)"; fi
 
-# ---- 2. benchmark data: a synthetic Fashion-MNIST-shaped set (this machine is offline) -------------
+# ---- 2. benchmark data: synthetic, Fashion-MNIST-shaped and Transformer-shaped (offline machine) --
 note "benchmark data"
-python3 - "$OUT/bench.npz" "$((STEPS * BATCH))" <<'PY'
+python3 - "$OUT" "$((STEPS * BATCH))" <<'PY'
 import sys, numpy as np
-path, n = sys.argv[1], int(sys.argv[2])
+out, n = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(0)
-np.savez(path, input=rng.random((n, 1, 28, 28), dtype=np.float32), labels=rng.integers(0, 10, n).astype(np.int64))
-print(f"wrote {n} samples to {path}")
+np.savez(f"{out}/bench.npz", input=rng.random((n, 1, 28, 28), dtype=np.float32),
+         labels=rng.integers(0, 10, n).astype(np.int64))
+# tests/reference/transformer_op17.onnx: one encoder layer, d_model 8, 2 heads, sequence 5.
+np.savez(f"{out}/transformer.npz", input=rng.standard_normal((n, 5, 8), dtype=np.float32),
+         labels=rng.standard_normal((n, 5, 8), dtype=np.float32))
+print(f"wrote {n} samples each to {out}/bench.npz and {out}/transformer.npz")
 PY
 
-# ---- 3. onnx-mirror on the GPU ----------------------------------------------------------------------
-note "onnx-mirror-train: CNN, --device cuda"
-omt_bench() {  # label model [extra args]: samples/s from wall time (start-up included)
-  local label=$1 model=$2; shift 2
-  local t0 t1 rc=0
-  t0=$(date +%s.%N)
-  timeout 150 "$BUILD/tools/onnx-mirror-train" train "$model" --data "$OUT/bench.npz" --steps "$STEPS" \
+# ---- 3. onnx-mirror on the GPU (MirroredTrainer: train --device cuda) -------------------------------
+note "onnx-mirror-train: train --device cuda"
+omt_bench() {  # label model data [extra args]: samples/s as fit reports it (median over steps)
+  local label=$1 model=$2 data=$3; shift 3
+  local rc=0 rate
+  timeout 150 "$BUILD/tools/onnx-mirror-train" train "$model" --data "$data" --steps "$STEPS" \
     --global-batch "$BATCH" --optimizer sgd --lr 0.01 --device cuda "$@" >"$OUT/$label.log" 2>&1 || rc=$?
-  t1=$(date +%s.%N)
   tail -n 5 "$OUT/$label.log"
   if [[ $rc -ne 0 ]]; then
     row "onnx-mirror $label (GPU)" "FAILED rc $rc: $(grep -m1 -iE 'error|unsupported|not yet' "$OUT/$label.log" | cut -c1-80)"
   else
-    row "onnx-mirror $label (GPU)" "$(python3 -c "print(f'{$STEPS*$BATCH/($t1-$t0):.0f} samples/s (wall, incl. start-up)')")"
+    rate=$(grep -m1 -oE 'throughput: [0-9]+ samples/s' "$OUT/$label.log" | grep -oE '[0-9]+' || echo '?')
+    row "onnx-mirror $label (GPU)" "$rate samples/s (median step)"
   fi
 }
-omt_bench cnn "$ROOT/models/cnn.onnx"
-if "$BUILD/tools/onnx-mirror-train" inspect "$ROOT/tests/reference/transformer_op17.onnx" --device cuda 2>&1 |
-    grep -q "unsupported ops on cuda: none"; then
-  note "onnx-mirror-train: Transformer layer, --device cuda (skipped: needs its own data shape)"
-  row "onnx-mirror transformer (GPU)" "not benchmarked (needs [batch,5,8] data)"
-else
-  row "onnx-mirror transformer (GPU)" "not run: the CUDA backend lacks some of its ops"
-fi
+GPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l || echo 1)
+omt_bench cnn "$ROOT/models/cnn.onnx" "$OUT/bench.npz"
+[[ $GPUS -ge 2 ]] && omt_bench cnn_2gpu "$ROOT/models/cnn.onnx" "$OUT/bench.npz" --replicas 2
+omt_bench transformer_d8_seq5 "$ROOT/tests/reference/transformer_op17.onnx" "$OUT/transformer.npz" --loss mse
 
-# ---- 4. PyTorch on the same GPU -------------------------------------------------------------------
-note "PyTorch: CNN and Transformer encoder layer"
+# ---- 4. PyTorch on the same GPU (when this machine's python3 has torch with CUDA) -----------------
+note "PyTorch: CNN and Transformer encoder layers"
+if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
 timeout 180 python3 - "$STEPS" "$BATCH" <<'PY' 2>&1 | tee "$OUT/torch.log" || true
 import sys, time, torch, torch.nn as nn
 steps, batch = int(sys.argv[1]), int(sys.argv[2])
@@ -110,11 +111,18 @@ def bench(name, model, x, y, loss_fn):
 
 x = torch.rand(batch, 1, 28, 28, device=dev); y = torch.randint(0, 10, (batch,), device=dev)
 bench("cnn", CNN().to(dev), x, y, nn.CrossEntropyLoss())
+# The same layer as tests/reference/transformer_op17.onnx, then a larger one for scale.
+small = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True).to(dev)
+xs = torch.randn(batch, 5, 8, device=dev)
+bench("transformer_d8_seq5", small, xs, torch.randn_like(xs), nn.MSELoss())
 layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True).to(dev)
 xt = torch.rand(batch, 64, 256, device=dev)
 bench("transformer_d256_seq64", layer, xt, xt, nn.MSELoss())
 PY
 while read -r _ name rate; do row "PyTorch $name (GPU)" "$rate samples/s (timed steps only)"; done < <(grep '^RESULT' "$OUT/torch.log" || true)
+else
+  row "PyTorch (GPU)" "not run: python3 has no torch with CUDA here"
+fi
 
 # ---- summary --------------------------------------------------------------------------------------
 note "summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo 'GPU'); steps $STEPS, batch $BATCH)"

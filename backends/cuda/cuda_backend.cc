@@ -587,6 +587,8 @@ class CudaBackend final : public Backend {
     cu_->activate();
     cu_->synchronize();
   }
+  void* native_stream() const override { return cu_->stream(); }
+  int device_count() const override { return require_devices(); }
 
  private:
   void check_here(const Tensor& t, const char* what) const {

@@ -174,6 +174,9 @@ class NcclWork final : public Work {
   }
   bool done() const override { return cudaEventQuery(done_) != cudaErrorNotReady; }
   std::string describe() const override { return description_; }
+  void stream_wait(void* stream) override {
+    OMT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0));
+  }
   cudaEvent_t event() const { return done_; }
 
  private:
@@ -263,6 +266,65 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_local(
     DeviceGuard guard(devices[i]);
     c->init_streams();
     out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_group(
+    Communicator* process_group, const std::vector<int>& devices, milliseconds timeout) {
+  OMT_CHECK(!devices.empty(), kInvalidArgument, "NcclCommunicator::create_group: no devices.");
+  const auto deadline = Clock::now() + timeout;
+  int visible = 0;
+  cudaError_t err = cudaGetDeviceCount(&visible);
+  OMT_CHECK(err == cudaSuccess && visible > 0, kUnsupported, "nccl: no CUDA device (",
+            err == cudaSuccess ? "none visible" : cudaGetErrorString(err), "); use --device cpu.");
+  for (int d : devices)
+    OMT_CHECK(d >= 0 && d < visible, kInvalidArgument, "device ", d,
+              " does not exist; this machine shows ", visible, " (check CUDA_VISIBLE_DEVICES).");
+  const int processes = process_group != nullptr ? process_group->size() : 1;
+  const int process = process_group != nullptr ? process_group->rank() : 0;
+  const int n = static_cast<int>(devices.size());
+
+  // The unique id as 16 int64 (a type every communicator takes), from process 0.
+  ncclUniqueId id;
+  static_assert(sizeof(id.internal) % sizeof(int64_t) == 0, "NCCL unique id size");
+  constexpr size_t kWords = sizeof(id.internal) / sizeof(int64_t);
+  if (process == 0) OMT_NCCL_CHECK(ncclGetUniqueId(&id));
+  if (processes > 1) {
+    const int bootstrap_device = process_group->device();
+    if (bootstrap_device < 0) {
+      process_group->broadcast(id.internal, kWords, DType::kInt64, 0)->wait(timeout);
+    } else {  // a device-memory process group (NCCL): through a small device buffer
+      DeviceGuard guard(bootstrap_device);
+      void* buf = nullptr;
+      OMT_CUDA_CHECK(cudaMalloc(&buf, sizeof(id.internal)));
+      std::shared_ptr<void> owner(buf, [](void* p) { cudaFree(p); });
+      OMT_CUDA_CHECK(cudaMemcpy(buf, id.internal, sizeof(id.internal), cudaMemcpyHostToDevice));
+      process_group->broadcast(buf, kWords, DType::kInt64, 0)->wait(timeout);
+      OMT_CUDA_CHECK(cudaMemcpy(id.internal, buf, sizeof(id.internal), cudaMemcpyDeviceToHost));
+    }
+  }
+
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  for (int i = 0; i < n; ++i)
+    out.emplace_back(new NcclCommunicator(process * n + i, processes * n, devices[i], timeout));
+  // Nonblocking init inside one group: NCCL needs every local rank's init before any returns.
+  ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
+  nccl_config.blocking = 0;
+  {
+    DeviceGuard restore(devices[0]);
+    OMT_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < n; ++i) {
+      OMT_CUDA_CHECK(cudaSetDevice(devices[i]));
+      OMT_NCCL_CHECK(ncclCommInitRankConfig(&out[i]->state_->comm, processes * n, id,
+                                            process * n + i, &nccl_config));
+    }
+    OMT_NCCL_CHECK(ncclGroupEnd());
+  }
+  for (int i = 0; i < n; ++i) {
+    await_settled(*out[i]->state_, deadline, "ncclCommInitRankConfig (group of " + std::to_string(n) + ")");
+    DeviceGuard guard(devices[i]);
+    out[i]->init_streams();
   }
   return out;
 }

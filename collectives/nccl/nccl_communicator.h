@@ -34,12 +34,24 @@ class NcclCommunicator final : public Communicator {
       const std::vector<int>& devices,
       std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
+  // One process driving `devices` (one local replica each) in a world of
+  // process_group->size() such processes (null: this process alone): communicator i is
+  // rank process_group->rank() * devices.size() + i of process_group->size() *
+  // devices.size(), on devices[i]. Rank 0 of the process group creates the NCCL unique id
+  // and broadcasts it through the process group (host or device memory); the per-GPU
+  // communicators are created in one ncclGroupStart/End, nonblocking, so a process that
+  // never joins is a kCommunication error within `timeout`, not a hang. Issue each
+  // communicator's collectives from its own thread, as for create_local.
+  static std::vector<std::unique_ptr<NcclCommunicator>> create_group(
+      Communicator* process_group, const std::vector<int>& devices,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
-  int device() const { return device_; }
+  int device() const override { return device_; }
 
   // The stream the caller's kernels write on (default: the legacy default stream). Each
   // collective is ordered after the work enqueued on it at the time of the call.

@@ -9,6 +9,7 @@
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/rendezvous/store.h"
 #include "common/error.h"
+#include "tests/collectives/test_util.h"
 
 namespace omt {
 namespace {
@@ -64,6 +65,72 @@ TEST(NcclCommunicator, LocalAllReduceAcrossAllDevices) {
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// make_device_communicators: `processes` processes as threads over Gloo, each driving
+// `per_process` GPUs with one thread per GPU; every rank's buffer holds its global rank + 1,
+// the all-reduce(sum) is awaited on a stream (Work::stream_wait) and read back on that stream.
+void device_group_all_reduce(int processes, int per_process) {
+  const size_t count = 1023;
+  const int world = processes * per_process;
+  const auto errors = testing::run_ranks(processes, [&](int p, Communicator& group) {
+    std::vector<int> devices;
+    std::vector<void*> streams;
+    for (int i = 0; i < per_process; ++i) {
+      devices.push_back(p * per_process + i);
+      cudaSetDevice(devices.back());
+      cudaStream_t s = nullptr;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      streams.push_back(s);
+    }
+    auto comms = make_device_communicators("nccl", processes > 1 ? &group : nullptr, devices, streams,
+                                           std::chrono::seconds(20));
+    ASSERT_EQ(comms.size(), devices.size());
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(per_process);
+    for (int i = 0; i < per_process; ++i)
+      threads.emplace_back([&, i] {
+        try {
+          EXPECT_EQ(comms[i]->rank(), p * per_process + i);
+          EXPECT_EQ(comms[i]->size(), world);
+          EXPECT_EQ(comms[i]->device(), devices[i]);
+          cudaSetDevice(devices[i]);
+          auto stream = static_cast<cudaStream_t>(streams[i]);
+          std::vector<float> host(count, static_cast<float>(comms[i]->rank() + 1));
+          float* dev = nullptr;
+          cudaMalloc(reinterpret_cast<void**>(&dev), count * sizeof(float));
+          cudaMemcpyAsync(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream);
+          auto work = comms[i]->allreduce(dev, count, DType::kFloat32, ReduceOp::kSum);
+          work->stream_wait(stream);
+          cudaMemcpyAsync(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost, stream);
+          cudaStreamSynchronize(stream);
+          work->wait();
+          cudaFree(dev);
+          const float expected = world * (world + 1) / 2.0f;
+          for (size_t k = 0; k < count && errors[i].empty(); ++k)
+            if (host[k] != expected) errors[i] = "element " + std::to_string(k) + " = " + std::to_string(host[k]);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < per_process; ++i) EXPECT_EQ(errors[i], "") << "process " << p << ", GPU " << i;
+    comms.clear();
+    for (void* s : streams) cudaStreamDestroy(static_cast<cudaStream_t>(s));
+  });
+  testing::expect_no_errors(errors);
+}
+
+TEST(NcclCommunicator, DeviceGroupOfOneProcessOverEveryGpu) {
+  SKIP_WITHOUT_GPU();
+  device_group_all_reduce(1, device_count());
+}
+
+TEST(NcclCommunicator, DeviceGroupBootstrappedThroughGloo) {
+  SKIP_WITHOUT_GPU();
+  if (device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices (one per process), this machine shows " << device_count();
+  device_group_all_reduce(2, 1);
+  if (device_count() >= 4) device_group_all_reduce(2, 2);
 }
 
 // One process per GPU goes through the store; a world of one exercises that path here.
