@@ -1,7 +1,7 @@
 // Shape and data-movement ops on the GPU. Reshape, Flatten, Squeeze, Unsqueeze and Identity
 // alias their input (no data moves: the input is kShapeOnly, so even a host input stays put);
 // Shape and Constant produce host values; Transpose, Slice, Gather and Expand are gather
-// kernels; Concat is one cudaMemcpy2DAsync per input.
+// kernels; Concat and Split are one cudaMemcpy2DAsync per input or output.
 #include <numeric>
 
 #include "backends/cuda/cuda_kernels.cuh"
@@ -303,6 +303,67 @@ class ConcatKernel final : public CudaKernel {
   }
 };
 
+// Split(x, split?) -> outputs cut along `axis` (equal parts when split is absent); one 2-D
+// copy per wanted output, as Concat in reverse.
+class SplitKernel final : public CudaKernel {
+ public:
+  SplitKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), axis_(info.attr().get_int("axis", 0)) {
+    OMT_CHECK(!info.attr().has("num_outputs") || info.attr().get_int("num_outputs") == info.num_outputs, kModel,
+              info.where(), ": num_outputs=", info.attr().get_int("num_outputs", 0), " but the node has ",
+              info.num_outputs, " outputs");
+  }
+  InputPlace input_place(int i) const override { return i == 0 ? InputPlace::kDevice : InputPlace::kHost; }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const size_t es = dtype_size(x.dtype());
+    if (es == 0) unsupported_dtype(x.dtype());
+    OMT_CHECK(x.rank() >= 1, kModel, where(), ": input ", x.describe(), " must have rank >= 1");
+    const int64_t axis = normalize_axis(axis_, x.rank(), where());
+    const int64_t len = x.dim(axis);
+    const int n = ctx.num_outputs();
+    std::vector<int64_t> split;
+    if (const Tensor* t = optional_input(ctx, 1)) {
+      split = t->to_int64_vector();
+      OMT_CHECK(static_cast<int>(split.size()) == n, kModel, where(), ": split has ", split.size(), " entries for ", n,
+                " outputs");
+      int64_t sum = 0;
+      for (int64_t v : split) {
+        OMT_CHECK(v >= 0, kModel, where(), ": negative split size ", v);
+        sum += v;
+      }
+      OMT_CHECK(sum == len, kModel, where(), ": split sizes sum to ", sum, ", expected the axis-", axis, " size ", len,
+                " of ", x.describe());
+    } else {
+      OMT_CHECK(len % n == 0, kModel, where(), ": cannot split axis ", axis, " of ", x.describe(), " into ", n,
+                " equal parts; pass the 'split' input");
+      split.assign(static_cast<size_t>(n), len / n);
+    }
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
+    const size_t inner_bytes = static_cast<size_t>(inner) * es;
+    const size_t in_block = static_cast<size_t>(len) * inner_bytes;
+    const char* src = static_cast<const char*>(x.raw());
+    size_t offset = 0;
+    for (int i = 0; i < n; ++i) {
+      const size_t block = static_cast<size_t>(split[static_cast<size_t>(i)]) * inner_bytes;
+      if (wanted(ctx, i)) {
+        Shape shape = x.shape();
+        shape[static_cast<size_t>(axis)] = split[static_cast<size_t>(i)];
+        Tensor& y = ctx.output(i, x.dtype(), shape);
+        if (block > 0 && outer > 0)
+          OMT_CUDA_CHECK(cudaMemcpy2DAsync(y.raw(), block, src + offset, in_block, block, static_cast<size_t>(outer),
+                                           cudaMemcpyDeviceToDevice, stream()));
+      }
+      offset += block;
+    }
+  }
+
+ private:
+  int64_t axis_;
+};
+
 // Slice(data, starts, ends, axes?, steps?) with the index vectors read on the host.
 class SliceKernel final : public CudaKernel {
  public:
@@ -403,6 +464,7 @@ OMT_REGISTER_CUDA_KERNEL("Shape", ShapeKernel);
 OMT_REGISTER_CUDA_KERNEL("Constant", ConstantKernel);
 OMT_REGISTER_CUDA_KERNEL("Transpose", TransposeKernel);
 OMT_REGISTER_CUDA_KERNEL("Concat", ConcatKernel);
+OMT_REGISTER_CUDA_KERNEL("Split", SplitKernel);
 OMT_REGISTER_CUDA_KERNEL("Slice", SliceKernel);
 OMT_REGISTER_CUDA_KERNEL("Gather", GatherKernel);
 OMT_REGISTER_CUDA_KERNEL("Expand", ExpandKernel);
