@@ -1,7 +1,8 @@
 // Shape and data-movement ops on the GPU. Reshape, Flatten, Squeeze, Unsqueeze and Identity
 // alias their input (no data moves: the input is kShapeOnly, so even a host input stays put);
-// Shape and Constant produce host values; Transpose, Slice, Gather and Expand are gather
-// kernels; Concat and Split are one cudaMemcpy2DAsync per input or output.
+// Shape, Size and Constant produce host values; Transpose, Slice, Gather and Expand are gather
+// kernels (DepthToSpace and SpaceToDepth transposes of a 6-D view); Concat and Split are
+// one cudaMemcpy2DAsync per input or output.
 #include <numeric>
 
 #include "backends/cuda/cuda_kernels.cuh"
@@ -455,6 +456,71 @@ class ExpandKernel final : public CudaKernel {
   }
 };
 
+// Size(x) -> int64 scalar numel, a host value.
+class SizeKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  InputPlace input_place(int) const override { return InputPlace::kShapeOnly; }
+  void compute(KernelContext& ctx) override { ctx.set_output(0, Tensor::scalar<int64_t>(ctx.in(0).numel())); }
+};
+
+// DepthToSpace / SpaceToDepth: a transpose of a 6-D view of NCHW x, as the CPU kernels.
+template <bool kToSpace>
+class BlockRearrangeKernel final : public CudaKernel {
+ public:
+  BlockRearrangeKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), block_(info.attr().get_int("blocksize")) {
+    if (kToSpace) {
+      const std::string mode = info.attr().get_string("mode", "DCR");
+      OMT_CHECK(mode == "DCR" || mode == "CRD", kModel, info.where(), ": mode '", mode, "' is not DCR or CRD");
+      crd_ = mode == "CRD";
+    }
+    OMT_CHECK(block_ > 0, kModel, info.where(), ": blocksize ", block_, " must be positive");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const int64_t b = block_;
+    Shape view, out;
+    std::vector<int64_t> perm;
+    if (kToSpace) {
+      OMT_CHECK(x.rank() == 4 && x.dim(1) % (b * b) == 0, kModel, where(), ": input ", x.describe(),
+                " must be NCHW with C divisible by blocksize^2 = ", b * b);
+      const int64_t n = x.dim(0), c = x.dim(1) / (b * b), h = x.dim(2), w = x.dim(3);
+      if (crd_) {
+        view = {n, c, b, b, h, w};
+        perm = {0, 1, 4, 2, 5, 3};
+      } else {
+        view = {n, b, b, c, h, w};
+        perm = {0, 3, 4, 1, 5, 2};
+      }
+      out = {n, c, h * b, w * b};
+    } else {
+      OMT_CHECK(x.rank() == 4 && x.dim(2) % b == 0 && x.dim(3) % b == 0, kModel, where(), ": input ", x.describe(),
+                " must be NCHW with H and W divisible by blocksize ", b);
+      const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2) / b, w = x.dim(3) / b;
+      view = {n, c, h, b, w, b};
+      perm = {0, 3, 5, 1, 2, 4};
+      out = {n, c * b * b, h, w};
+    }
+    if (dtype_size(x.dtype()) == 0) unsupported_dtype(x.dtype());
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    const std::vector<int64_t> st = contiguous_strides(view);
+    Shape permuted(perm.size());
+    std::vector<int64_t> in_strides(perm.size());
+    for (size_t d = 0; d < perm.size(); ++d) {
+      permuted[d] = view[static_cast<size_t>(perm[d])];
+      in_strides[d] = st[static_cast<size_t>(perm[d])];
+    }
+    Tensor yv = y.reshaped(permuted);
+    launch_strided_gather(stream(), x, yv, in_strides, 0, where());
+  }
+
+ private:
+  int64_t block_;
+  bool crd_ = false;
+};
+
 OMT_REGISTER_CUDA_KERNEL("Identity", IdentityKernel);
 OMT_REGISTER_CUDA_KERNEL("Reshape", ReshapeKernel);
 OMT_REGISTER_CUDA_KERNEL("Flatten", FlattenKernel);
@@ -468,6 +534,9 @@ OMT_REGISTER_CUDA_KERNEL("Split", SplitKernel);
 OMT_REGISTER_CUDA_KERNEL("Slice", SliceKernel);
 OMT_REGISTER_CUDA_KERNEL("Gather", GatherKernel);
 OMT_REGISTER_CUDA_KERNEL("Expand", ExpandKernel);
+OMT_REGISTER_CUDA_KERNEL("Size", SizeKernel);
+OMT_REGISTER_CUDA_KERNEL("DepthToSpace", BlockRearrangeKernel<true>);
+OMT_REGISTER_CUDA_KERNEL("SpaceToDepth", BlockRearrangeKernel<false>);
 
 }  // namespace
 }  // namespace omt::cuda

@@ -227,6 +227,19 @@ std::vector<OpCase> all_cases() {
     a.set("axis", int64_t{1});
     cases.push_back(OpCase{"Gather", "Gather", "", a, {uniform({3, 6, 2}, 83), ints({5, 0, -1, 2})}, {false, true}, 1});
   }
+  cases.push_back(OpCase{"Size", "Size", "", {}, {uniform({2, 3, 4}, 85)}, {}, 1, 0.0, 0.0});
+  for (const char* mode : {"DCR", "CRD"}) {
+    AttributeMap a;
+    a.set("blocksize", int64_t{2});
+    a.set("mode", std::string(mode));
+    cases.push_back(OpCase{std::string("DepthToSpace_") + mode, "DepthToSpace", "", a, {uniform({2, 8, 3, 2}, 86)}, {}, 1,
+                           0.0, 0.0});
+  }
+  {
+    AttributeMap a;
+    a.set("blocksize", int64_t{3});
+    cases.push_back(OpCase{"SpaceToDepth", "SpaceToDepth", "", a, {uniform({2, 2, 6, 3}, 87)}, {}, 1, 0.0, 0.0});
+  }
   cases.push_back(OpCase{"Expand", "Expand", "", {}, {uniform({3, 1}, 84), ints({2, 3, 4})}, {false, true}, 1});
 
   // GEMMs (float32 FMA order differs from oneDNN: relative tolerance 1e-4).
@@ -483,6 +496,21 @@ std::vector<OpCase> all_cases() {
                            {uniform({2, 6, 4}, 259), uniform({2, 3, 4}, 260), uniform({2, 1, 4}, 261),
                             uniform({2, 2, 4}, 262)},
                            {}, 3});
+  }
+
+  // Boolean predicates.
+  {
+    Tensor special = Tensor::from_vector<float>({1.f, std::numeric_limits<float>::infinity(), -2.f,
+                                                 -std::numeric_limits<float>::infinity(), std::nanf(""), 0.f},
+                                                {2, 3});
+    cases.push_back(OpCase{"IsNaN", "IsNaN", "", {}, {special}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"IsInf", "IsInf", "", {}, {special}, {}, 1, 0.0, 0.0});
+    AttributeMap a;
+    a.set("detect_positive", int64_t{0});
+    cases.push_back(OpCase{"IsInf_negative_only", "IsInf", "", a, {special}, {}, 1, 0.0, 0.0});
+    Tensor b = Tensor::empty(DType::kBool, {7});
+    for (int i = 0; i < 7; ++i) b.data<bool>()[i] = i % 3 == 0;
+    cases.push_back(OpCase{"Not", "Not", "", {}, {b}, {}, 1, 0.0, 0.0});
   }
 
   // Tile, Pad and their gradients (sums in ascending dY order on both backends: exact).
