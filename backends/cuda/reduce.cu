@@ -1,8 +1,9 @@
-// Reductions on the GPU: ReduceSum/Mean/Max/Min (axes as attribute or input, keepdims,
-// noop_with_empty_axes) and SumToShape (a broadcast gradient summed back to its operand's
+// Reductions on the GPU: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare (axes as
+// attribute or input, keepdims, noop_with_empty_axes) and SumToShape (a broadcast gradient summed back to its operand's
 // shape). Every reduction is "kept dims x reduced dims": one thread per output when there
-// are many outputs, one block per output when there are few long ones. Sums accumulate in
-// double so float32 results match the CPU backend closely.
+// are many outputs, one block per output when there are few long ones. Float sums accumulate
+// in double so float32 results match the CPU backend closely; LogSumExp first finds each
+// output's maximum (one more reduction) and sums exponentials shifted by it.
 #include <cfloat>
 #include <limits>
 #include <type_traits>
@@ -20,14 +21,21 @@ struct ReduceIndexer {
   int64_t count = 1;            // elements reduced per output
 };
 
-enum class ROp { kSum, kMean, kMax, kMin };
+enum class ROp { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
 
+// Accumulator of reduction kOp over T: step() folds in one element (`s` is LogSumExp's
+// per-output shift), combine() merges two partial accumulators, finish() makes the result.
+// Float sums and products accumulate in double; L2, LogSum and LogSumExp of integers too, as
+// on the CPU.
 template <class T, ROp kOp>
 struct Acc {
-  using Type = std::conditional_t<(kOp == ROp::kSum || kOp == ROp::kMean) && std::is_floating_point_v<T>, double, T>;
+  static constexpr bool kToDouble = kOp == ROp::kL2 || kOp == ROp::kLogSum || kOp == ROp::kLogSumExp;
+  using Type = std::conditional_t<(kOp != ROp::kMax && kOp != ROp::kMin && std::is_floating_point_v<T>) || kToDouble,
+                                  double, T>;
   __device__ static Type init() {
     if constexpr (kOp == ROp::kMax) return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
     else if constexpr (kOp == ROp::kMin) return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+    else if constexpr (kOp == ROp::kProd) return Type(1);
     else return Type(0);
   }
   __device__ static Type combine(Type a, Type b) {
@@ -36,47 +44,72 @@ struct Acc {
         if (isnan(a) || isnan(b)) return a + b;
       }
       return kOp == ROp::kMax ? (a < b ? b : a) : (b < a ? b : a);
+    } else if constexpr (kOp == ROp::kProd) {
+      return static_cast<Type>(a * b);
     } else {
-      return a + b;
+      return static_cast<Type>(a + b);
     }
   }
-  __device__ static T finish(Type a, int64_t count) {
+  __device__ static Type step(Type a, T x, Type s) {
+    const Type v = static_cast<Type>(x);
+    if constexpr (kOp == ROp::kL1) return static_cast<Type>(a + (v < Type(0) ? Type(-v) : v));
+    else if constexpr (kOp == ROp::kL2 || kOp == ROp::kSumSquare) return static_cast<Type>(a + v * v);
+    else if constexpr (kOp == ROp::kLogSumExp) return a + exp(v - s);
+    else return combine(a, v);
+  }
+  __device__ static T finish(Type a, int64_t count, Type s) {
     if constexpr (kOp == ROp::kMean) return static_cast<T>(a / static_cast<double>(count));
+    else if constexpr (kOp == ROp::kL2) return static_cast<T>(sqrt(a));
+    else if constexpr (kOp == ROp::kLogSum) return static_cast<T>(log(a));
+    else if constexpr (kOp == ROp::kLogSumExp) return static_cast<T>(log(a) + s);
     else return static_cast<T>(a);
+  }
+  // LogSumExp's shift from the output's maximum m: m when finite, else 0 (as on the CPU).
+  __device__ static Type shift(const T* mx, int64_t o) {
+    if constexpr (kOp == ROp::kLogSumExp) {
+      const Type m = static_cast<Type>(mx[o]);
+      return isfinite(m) ? m : Type(0);
+    } else {
+      return Type(0);
+    }
   }
 };
 
 // ================================== kernels ==================================
 
 template <class T, ROp kOp>
-__global__ void reduce_thread_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, ReduceIndexer ix) {
+__global__ void reduce_thread_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, ReduceIndexer ix,
+                                     const T* __restrict__ mx) {
   using A = Acc<T, kOp>;
   OMT_GRID_STRIDE(o, n) {
     int64_t base[1];
     ix.kept.offsets(o, base);
+    const typename A::Type s = A::shift(mx, o);
     typename A::Type acc = A::init();
     for (int64_t r = 0; r < ix.count; ++r) {
       int64_t off[1];
       ix.reduced.offsets(r, off);
-      acc = A::combine(acc, static_cast<typename A::Type>(x[base[0] + off[0]]));
+      acc = A::step(acc, x[base[0] + off[0]], s);
     }
-    y[o] = A::finish(acc, ix.count);
+    y[o] = A::finish(acc, ix.count, s);
   }
 }
 
 // One block per output; kThreads threads stride over the reduction, then a shared-memory tree.
 template <class T, ROp kOp>
-__global__ void reduce_block_kernel(const T* __restrict__ x, T* __restrict__ y, ReduceIndexer ix) {
+__global__ void reduce_block_kernel(const T* __restrict__ x, T* __restrict__ y, ReduceIndexer ix,
+                                    const T* __restrict__ mx) {
   using A = Acc<T, kOp>;
   __shared__ typename A::Type part[kThreads];
   const int64_t o = blockIdx.x;
   int64_t base[1];
   ix.kept.offsets(o, base);
+  const typename A::Type s = A::shift(mx, o);
   typename A::Type acc = A::init();
   for (int64_t r = threadIdx.x; r < ix.count; r += blockDim.x) {
     int64_t off[1];
     ix.reduced.offsets(r, off);
-    acc = A::combine(acc, static_cast<typename A::Type>(x[base[0] + off[0]]));
+    acc = A::step(acc, x[base[0] + off[0]], s);
   }
   part[threadIdx.x] = acc;
   __syncthreads();
@@ -84,7 +117,7 @@ __global__ void reduce_block_kernel(const T* __restrict__ x, T* __restrict__ y, 
     if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] = A::combine(part[threadIdx.x], part[threadIdx.x + s]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) y[o] = A::finish(part[0], ix.count);
+  if (threadIdx.x == 0) y[o] = A::finish(part[0], ix.count, s);
 }
 
 // ================================== launchers ==================================
@@ -103,9 +136,10 @@ BroadcastIndexer<1> make_indexer(const std::vector<int64_t>& dims, const std::ve
 }
 
 // Reduces x over the dims marked in `reduce` into y (whose numel is the kept dims' product).
+// `mx` (LogSumExp only) holds each output's maximum, on the device.
 template <class T, ROp kOp>
 void launch_reduce(cudaStream_t s, const Tensor& x, Tensor& y, const std::vector<bool>& reduce,
-                   const std::string& where) {
+                   const std::string& where, const T* mx = nullptr) {
   const int64_t n = y.numel();
   if (n == 0) return;
   std::vector<int64_t> st(x.shape().size(), 1);
@@ -128,10 +162,10 @@ void launch_reduce(cudaStream_t s, const Tensor& x, Tensor& y, const std::vector
   if (x.numel() == 0) ix.count = 0;
   if (n < 2048 && ix.count >= 1024) {
     reduce_block_kernel<T, kOp><<<static_cast<unsigned int>(n), kThreads, 0, s>>>(
-        static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), ix);
+        static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), ix, mx);
   } else {
     reduce_thread_kernel<T, kOp><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), n, ix);
+        static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), n, ix, mx);
   }
   OMT_CUDA_CHECK_LAUNCH();
 }
@@ -199,7 +233,16 @@ class ReduceKernel final : public CudaKernel {
       for (size_t d = 0; d < reduce.size(); ++d)
         OMT_CHECK(!reduce[d] || x.shape()[d] > 0, kModel, where(), ": cannot take the extremum of an empty axis of ", x.describe());
     Tensor& y = ctx.output(0, x.dtype(), out);
-    OMT_CUDA_DISPATCH_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch_reduce<T, kOp>(stream(), x, y, reduce, where()));
+    if constexpr (kOp == ROp::kLogSumExp) {
+      // Two passes: each output's maximum, then the shifted sum of exponentials.
+      Tensor mx = cu_.allocate(x.dtype(), out);
+      OMT_CUDA_DISPATCH_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), {
+        launch_reduce<T, ROp::kMax>(stream(), x, mx, reduce, where());
+        launch_reduce<T, kOp>(stream(), x, y, reduce, where(), mx.data<T>());
+      });
+    } else {
+      OMT_CUDA_DISPATCH_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch_reduce<T, kOp>(stream(), x, y, reduce, where()));
+    }
   }
 
  private:
@@ -211,6 +254,12 @@ OMT_REGISTER_CUDA_KERNEL("ReduceSum", ReduceKernel<ROp::kSum>);
 OMT_REGISTER_CUDA_KERNEL("ReduceMean", ReduceKernel<ROp::kMean>);
 OMT_REGISTER_CUDA_KERNEL("ReduceMax", ReduceKernel<ROp::kMax>);
 OMT_REGISTER_CUDA_KERNEL("ReduceMin", ReduceKernel<ROp::kMin>);
+OMT_REGISTER_CUDA_KERNEL("ReduceProd", ReduceKernel<ROp::kProd>);
+OMT_REGISTER_CUDA_KERNEL("ReduceL1", ReduceKernel<ROp::kL1>);
+OMT_REGISTER_CUDA_KERNEL("ReduceL2", ReduceKernel<ROp::kL2>);
+OMT_REGISTER_CUDA_KERNEL("ReduceLogSum", ReduceKernel<ROp::kLogSum>);
+OMT_REGISTER_CUDA_KERNEL("ReduceLogSumExp", ReduceKernel<ROp::kLogSumExp>);
+OMT_REGISTER_CUDA_KERNEL("ReduceSumSquare", ReduceKernel<ROp::kSumSquare>);
 
 }  // namespace
 }  // namespace omt::cuda

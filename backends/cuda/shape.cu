@@ -1,7 +1,8 @@
 // Shape and data-movement ops on the GPU. Reshape, Flatten, Squeeze, Unsqueeze and Identity
 // alias their input (no data moves: the input is kShapeOnly, so even a host input stays put);
-// Shape and Constant produce host values; Transpose, Slice, Gather and Expand are gather
-// kernels; Concat is one cudaMemcpy2DAsync per input.
+// Shape, Size and Constant produce host values; Transpose, Slice, Gather and Expand are gather
+// kernels (DepthToSpace and SpaceToDepth transposes of a 6-D view); Concat and Split are
+// one cudaMemcpy2DAsync per input or output.
 #include <numeric>
 
 #include "backends/cuda/cuda_kernels.cuh"
@@ -303,6 +304,67 @@ class ConcatKernel final : public CudaKernel {
   }
 };
 
+// Split(x, split?) -> outputs cut along `axis` (equal parts when split is absent); one 2-D
+// copy per wanted output, as Concat in reverse.
+class SplitKernel final : public CudaKernel {
+ public:
+  SplitKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), axis_(info.attr().get_int("axis", 0)) {
+    OMT_CHECK(!info.attr().has("num_outputs") || info.attr().get_int("num_outputs") == info.num_outputs, kModel,
+              info.where(), ": num_outputs=", info.attr().get_int("num_outputs", 0), " but the node has ",
+              info.num_outputs, " outputs");
+  }
+  InputPlace input_place(int i) const override { return i == 0 ? InputPlace::kDevice : InputPlace::kHost; }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const size_t es = dtype_size(x.dtype());
+    if (es == 0) unsupported_dtype(x.dtype());
+    OMT_CHECK(x.rank() >= 1, kModel, where(), ": input ", x.describe(), " must have rank >= 1");
+    const int64_t axis = normalize_axis(axis_, x.rank(), where());
+    const int64_t len = x.dim(axis);
+    const int n = ctx.num_outputs();
+    std::vector<int64_t> split;
+    if (const Tensor* t = optional_input(ctx, 1)) {
+      split = t->to_int64_vector();
+      OMT_CHECK(static_cast<int>(split.size()) == n, kModel, where(), ": split has ", split.size(), " entries for ", n,
+                " outputs");
+      int64_t sum = 0;
+      for (int64_t v : split) {
+        OMT_CHECK(v >= 0, kModel, where(), ": negative split size ", v);
+        sum += v;
+      }
+      OMT_CHECK(sum == len, kModel, where(), ": split sizes sum to ", sum, ", expected the axis-", axis, " size ", len,
+                " of ", x.describe());
+    } else {
+      OMT_CHECK(len % n == 0, kModel, where(), ": cannot split axis ", axis, " of ", x.describe(), " into ", n,
+                " equal parts; pass the 'split' input");
+      split.assign(static_cast<size_t>(n), len / n);
+    }
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
+    const size_t inner_bytes = static_cast<size_t>(inner) * es;
+    const size_t in_block = static_cast<size_t>(len) * inner_bytes;
+    const char* src = static_cast<const char*>(x.raw());
+    size_t offset = 0;
+    for (int i = 0; i < n; ++i) {
+      const size_t block = static_cast<size_t>(split[static_cast<size_t>(i)]) * inner_bytes;
+      if (wanted(ctx, i)) {
+        Shape shape = x.shape();
+        shape[static_cast<size_t>(axis)] = split[static_cast<size_t>(i)];
+        Tensor& y = ctx.output(i, x.dtype(), shape);
+        if (block > 0 && outer > 0)
+          OMT_CUDA_CHECK(cudaMemcpy2DAsync(y.raw(), block, src + offset, in_block, block, static_cast<size_t>(outer),
+                                           cudaMemcpyDeviceToDevice, stream()));
+      }
+      offset += block;
+    }
+  }
+
+ private:
+  int64_t axis_;
+};
+
 // Slice(data, starts, ends, axes?, steps?) with the index vectors read on the host.
 class SliceKernel final : public CudaKernel {
  public:
@@ -394,6 +456,71 @@ class ExpandKernel final : public CudaKernel {
   }
 };
 
+// Size(x) -> int64 scalar numel, a host value.
+class SizeKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  InputPlace input_place(int) const override { return InputPlace::kShapeOnly; }
+  void compute(KernelContext& ctx) override { ctx.set_output(0, Tensor::scalar<int64_t>(ctx.in(0).numel())); }
+};
+
+// DepthToSpace / SpaceToDepth: a transpose of a 6-D view of NCHW x, as the CPU kernels.
+template <bool kToSpace>
+class BlockRearrangeKernel final : public CudaKernel {
+ public:
+  BlockRearrangeKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), block_(info.attr().get_int("blocksize")) {
+    if (kToSpace) {
+      const std::string mode = info.attr().get_string("mode", "DCR");
+      OMT_CHECK(mode == "DCR" || mode == "CRD", kModel, info.where(), ": mode '", mode, "' is not DCR or CRD");
+      crd_ = mode == "CRD";
+    }
+    OMT_CHECK(block_ > 0, kModel, info.where(), ": blocksize ", block_, " must be positive");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const int64_t b = block_;
+    Shape view, out;
+    std::vector<int64_t> perm;
+    if (kToSpace) {
+      OMT_CHECK(x.rank() == 4 && x.dim(1) % (b * b) == 0, kModel, where(), ": input ", x.describe(),
+                " must be NCHW with C divisible by blocksize^2 = ", b * b);
+      const int64_t n = x.dim(0), c = x.dim(1) / (b * b), h = x.dim(2), w = x.dim(3);
+      if (crd_) {
+        view = {n, c, b, b, h, w};
+        perm = {0, 1, 4, 2, 5, 3};
+      } else {
+        view = {n, b, b, c, h, w};
+        perm = {0, 3, 4, 1, 5, 2};
+      }
+      out = {n, c, h * b, w * b};
+    } else {
+      OMT_CHECK(x.rank() == 4 && x.dim(2) % b == 0 && x.dim(3) % b == 0, kModel, where(), ": input ", x.describe(),
+                " must be NCHW with H and W divisible by blocksize ", b);
+      const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2) / b, w = x.dim(3) / b;
+      view = {n, c, h, b, w, b};
+      perm = {0, 3, 5, 1, 2, 4};
+      out = {n, c * b * b, h, w};
+    }
+    if (dtype_size(x.dtype()) == 0) unsupported_dtype(x.dtype());
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    const std::vector<int64_t> st = contiguous_strides(view);
+    Shape permuted(perm.size());
+    std::vector<int64_t> in_strides(perm.size());
+    for (size_t d = 0; d < perm.size(); ++d) {
+      permuted[d] = view[static_cast<size_t>(perm[d])];
+      in_strides[d] = st[static_cast<size_t>(perm[d])];
+    }
+    Tensor yv = y.reshaped(permuted);
+    launch_strided_gather(stream(), x, yv, in_strides, 0, where());
+  }
+
+ private:
+  int64_t block_;
+  bool crd_ = false;
+};
+
 OMT_REGISTER_CUDA_KERNEL("Identity", IdentityKernel);
 OMT_REGISTER_CUDA_KERNEL("Reshape", ReshapeKernel);
 OMT_REGISTER_CUDA_KERNEL("Flatten", FlattenKernel);
@@ -403,9 +530,13 @@ OMT_REGISTER_CUDA_KERNEL("Shape", ShapeKernel);
 OMT_REGISTER_CUDA_KERNEL("Constant", ConstantKernel);
 OMT_REGISTER_CUDA_KERNEL("Transpose", TransposeKernel);
 OMT_REGISTER_CUDA_KERNEL("Concat", ConcatKernel);
+OMT_REGISTER_CUDA_KERNEL("Split", SplitKernel);
 OMT_REGISTER_CUDA_KERNEL("Slice", SliceKernel);
 OMT_REGISTER_CUDA_KERNEL("Gather", GatherKernel);
 OMT_REGISTER_CUDA_KERNEL("Expand", ExpandKernel);
+OMT_REGISTER_CUDA_KERNEL("Size", SizeKernel);
+OMT_REGISTER_CUDA_KERNEL("DepthToSpace", BlockRearrangeKernel<true>);
+OMT_REGISTER_CUDA_KERNEL("SpaceToDepth", BlockRearrangeKernel<false>);
 
 }  // namespace
 }  // namespace omt::cuda

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -176,6 +177,19 @@ std::vector<OpCase> all_cases() {
       cases.push_back(OpCase{op, op, "", a, {uniform({4, 5, 6}, 61)}, {}, 1, 1e-5, 1e-5});
     }
   }
+  for (const char* op : {"ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
+    const bool positive = std::string(op) == "ReduceLogSum" || std::string(op) == "ReduceProd";
+    AttributeMap a;
+    a.set("keepdims", int64_t{0});
+    cases.push_back(OpCase{op, op, "", a, {uniform({4, 5, 6}, 65, positive ? 0.5f : -2.f, 2.f), ints({0, 2})},
+                           {false, true}, 1, 1e-5, 1e-5});
+    cases.push_back(OpCase{std::string(op) + "_long", op, "", {}, {uniform({2, 3000}, 66, positive ? 0.99f : -2.f, positive ? 1.01f : 2.f)},
+                           {}, 1, 1e-4, 1e-4});
+  }
+  cases.push_back(OpCase{"ReduceL1_int64", "ReduceL1", "", {}, {ints({3, -4, 5, -6, 0, 2}).reshaped({2, 3}), ints({1})},
+                         {false, true}, 1, 0.0, 0.0});
+  cases.push_back(OpCase{"ReduceProd_int64", "ReduceProd", "", {}, {ints({3, -4, 5, -6, 1, 2}).reshaped({2, 3}), ints({0})},
+                         {false, true}, 1, 0.0, 0.0});
   cases.push_back(OpCase{"ReduceSum_long", "ReduceSum", "", {}, {uniform({3, 5000}, 62), ints({1})}, {false, true}, 1, 1e-5, 1e-4});
   cases.push_back(OpCase{"SumToShape", "SumToShape", kMirror, {}, {uniform({8, 3, 4}, 63), uniform({3, 1}, 64)}, {}, 1, 1e-5, 1e-5});
 
@@ -212,6 +226,19 @@ std::vector<OpCase> all_cases() {
     AttributeMap a;
     a.set("axis", int64_t{1});
     cases.push_back(OpCase{"Gather", "Gather", "", a, {uniform({3, 6, 2}, 83), ints({5, 0, -1, 2})}, {false, true}, 1});
+  }
+  cases.push_back(OpCase{"Size", "Size", "", {}, {uniform({2, 3, 4}, 85)}, {}, 1, 0.0, 0.0});
+  for (const char* mode : {"DCR", "CRD"}) {
+    AttributeMap a;
+    a.set("blocksize", int64_t{2});
+    a.set("mode", std::string(mode));
+    cases.push_back(OpCase{std::string("DepthToSpace_") + mode, "DepthToSpace", "", a, {uniform({2, 8, 3, 2}, 86)}, {}, 1,
+                           0.0, 0.0});
+  }
+  {
+    AttributeMap a;
+    a.set("blocksize", int64_t{3});
+    cases.push_back(OpCase{"SpaceToDepth", "SpaceToDepth", "", a, {uniform({2, 2, 6, 3}, 87)}, {}, 1, 0.0, 0.0});
   }
   cases.push_back(OpCase{"Expand", "Expand", "", {}, {uniform({3, 1}, 84), ints({2, 3, 4})}, {false, true}, 1});
 
@@ -431,6 +458,33 @@ std::vector<OpCase> all_cases() {
                            {uniform({2, 7, 3}, 255), uniform({6, 7, 8}, 256), ints({1, -1}), ints({5, 0}), ints({0, 2}),
                             ints({2, -3})},
                            {false, false, true, true, true, true}, 1});
+    // Extremum gradients with ties (values from {0, 1, 2}); Y is the true maximum / minimum.
+    Tensor xt = uniform({2, 3, 4}, 263, 0.f, 3.f);
+    for (int64_t i = 0; i < xt.numel(); ++i) xt.data<float>()[i] = std::floor(xt.data<float>()[i]);
+    for (const bool is_max : {true, false}) {
+      Tensor yt = Tensor::empty(DType::kFloat32, {2, 1, 4});
+      for (int64_t o = 0; o < 2; ++o)
+        for (int64_t j = 0; j < 4; ++j) {
+          float v = xt.data<float>()[o * 12 + j];
+          for (int64_t r = 1; r < 3; ++r) {
+            const float w = xt.data<float>()[o * 12 + r * 4 + j];
+            v = is_max ? std::max(v, w) : std::min(v, w);
+          }
+          yt.data<float>()[o * 4 + j] = v;
+        }
+      const std::string op = is_max ? "ReduceMaxGrad" : "ReduceMinGrad";
+      cases.push_back(OpCase{op, op, kMirror, {}, {uniform({2, 1, 4}, 264), xt, yt, ints({1})}, {false, false, false, true}, 1});
+    }
+    {
+      AttributeMap k;
+      k.set("keepdims", int64_t{0});
+      k.set("axes", std::vector<int64_t>{1});
+      Tensor xp = uniform({3, 4}, 265, 0.5f, 2.f);
+      xp.data<float>()[5] = 0.f;
+      xp.data<float>()[8] = 0.f;
+      xp.data<float>()[10] = 0.f;
+      cases.push_back(OpCase{"ReduceProdGrad", "ReduceProdGrad", kMirror, k, {uniform({3}, 266), xp}, {}, 1});
+    }
     AttributeMap g;
     g.set("axis", int64_t{1});
     cases.push_back(OpCase{"GatherGrad", "GatherGrad", kMirror, g,
@@ -442,6 +496,100 @@ std::vector<OpCase> all_cases() {
                            {uniform({2, 6, 4}, 259), uniform({2, 3, 4}, 260), uniform({2, 1, 4}, 261),
                             uniform({2, 2, 4}, 262)},
                            {}, 3});
+  }
+
+  // Boolean predicates.
+  {
+    Tensor special = Tensor::from_vector<float>({1.f, std::numeric_limits<float>::infinity(), -2.f,
+                                                 -std::numeric_limits<float>::infinity(), std::nanf(""), 0.f},
+                                                {2, 3});
+    cases.push_back(OpCase{"IsNaN", "IsNaN", "", {}, {special}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"IsInf", "IsInf", "", {}, {special}, {}, 1, 0.0, 0.0});
+    AttributeMap a;
+    a.set("detect_positive", int64_t{0});
+    cases.push_back(OpCase{"IsInf_negative_only", "IsInf", "", a, {special}, {}, 1, 0.0, 0.0});
+    Tensor b = Tensor::empty(DType::kBool, {7});
+    for (int i = 0; i < 7; ++i) b.data<bool>()[i] = i % 3 == 0;
+    cases.push_back(OpCase{"Not", "Not", "", {}, {b}, {}, 1, 0.0, 0.0});
+  }
+
+  // Tile, Pad and their gradients (sums in ascending dY order on both backends: exact).
+  {
+    cases.push_back(OpCase{"Tile", "Tile", "", {}, {uniform({2, 3, 4}, 271), ints({2, 1, 3})}, {false, true}, 1});
+    cases.push_back(OpCase{"Tile_int64", "Tile", "", {}, {ints({4, -2, 9}), ints({3})}, {false, true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"TileGrad", "TileGrad", kMirror, {}, {uniform({4, 3, 12}, 272), uniform({2, 3, 4}, 273)}, {}, 1});
+    cases.push_back(OpCase{"Pad_constant", "Pad", "", {},
+                           {uniform({2, 3, 4}, 274), ints({0, 1, 2, 1, -1, 3}), scalar_f(0.5f)}, {false, true, true}, 1});
+    cases.push_back(OpCase{"Pad_constant_axes", "Pad", "", {},
+                           {uniform({2, 3, 4}, 275), ints({1, 2, 0, 1}), Tensor(), ints({-2, 2})}, {false, true, false, true}, 1});
+    for (const char* mode : {"reflect", "edge"}) {
+      AttributeMap a;
+      a.set("mode", std::string(mode));
+      cases.push_back(OpCase{std::string("Pad_") + mode, "Pad", "", a, {uniform({3, 5}, 276), ints({2, 1, 1, 3})},
+                             {false, true}, 1});
+      cases.push_back(OpCase{std::string("PadGrad_") + mode, "PadGrad", kMirror, a,
+                             {uniform({6, 9}, 277), uniform({3, 5}, 278), ints({2, 1, 1, 3})}, {false, false, true}, 1});
+    }
+    AttributeMap e;
+    e.set("mode", std::string("edge"));
+    cases.push_back(OpCase{"Pad_edge_3d_crop", "Pad", "", e, {uniform({2, 3, 4}, 279), ints({1, 0, 2, 0, 2, -1})},
+                           {false, true}, 1});
+  }
+
+  // Split, index-producing and index-driven ops.
+  {
+    AttributeMap a;
+    a.set("axis", int64_t{1});
+    cases.push_back(OpCase{"Split", "Split", "", a, {uniform({2, 6, 4}, 281), ints({3, 1, 2})}, {false, true}, 3});
+    AttributeMap b;
+    b.set("axis", int64_t{-1});
+    cases.push_back(OpCase{"Split_equal", "Split", "", b, {uniform({2, 3, 8}, 282)}, {}, 2});
+    Tensor ties = Tensor::from_vector<int32_t>({3, 1, 3, 0, 2, 2, 1, 0, 0, 5, 5, 1, 4, 4, 4, 2, 7, 7, 0, 7, 1, 1, 6, 6},
+                                               {2, 3, 4});
+    for (const char* op : {"ArgMax", "ArgMin"}) {
+      AttributeMap k;
+      k.set("axis", int64_t{1});
+      cases.push_back(OpCase{op, op, "", k, {uniform({3, 5, 4}, 283)}, {}, 1, 0.0, 0.0});
+      AttributeMap l;
+      l.set("axis", int64_t{-1});
+      l.set("keepdims", int64_t{0});
+      l.set("select_last_index", int64_t{1});
+      cases.push_back(OpCase{std::string(op) + "_last_ties", op, "", l, {ties}, {}, 1, 0.0, 0.0});
+      cases.push_back(OpCase{std::string(op) + "_first_ties", op, "", {}, {ties}, {}, 1, 0.0, 0.0});
+    }
+    cases.push_back(OpCase{"CumSum", "CumSum", "", {}, {uniform({3, 7, 4}, 284), scalar_i(1)}, {false, true}, 1});
+    AttributeMap c;
+    c.set("exclusive", int64_t{1});
+    c.set("reverse", int64_t{1});
+    cases.push_back(OpCase{"CumSum_exclusive_reverse", "CumSum", "", c, {uniform({3, 7, 4}, 285), scalar_i(-1)},
+                           {false, true}, 1});
+    cases.push_back(OpCase{"CumSum_int64_exclusive", "CumSum", "", c, {ints({5, -3, 8, 1, 0, 2}), scalar_i(0)},
+                           {false, true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"Range_float", "Range", "", {}, {scalar_f(0.5f), scalar_f(7.3f), scalar_f(0.3f)}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"Range_int64", "Range", "", {}, {scalar_i(10), scalar_i(-4), scalar_i(-3)}, {}, 1, 0.0, 0.0});
+    AttributeMap o;
+    o.set("axis", int64_t{1});
+    cases.push_back(OpCase{"OneHot", "OneHot", "", o,
+                           {ints({0, 3, -1, 5, 2, -6}).reshaped({2, 3}), scalar_i(5), Tensor::from_vector<float>({-1.f, 2.f}, {2})},
+                           {false, true, true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"OneHot_last_axis", "OneHot", "", {}, {ints({1, 0, 3, 2}), scalar_f(4.f), ints({0, 1})},
+                           {false, true, true}, 1, 0.0, 0.0});
+    AttributeMap v;
+    v.set("value", Tensor::from_vector<int64_t>({7}, {1}));
+    cases.push_back(OpCase{"ConstantOfShape", "ConstantOfShape", "", v, {ints({2, 3, 4})}, {true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"ConstantOfShape_default", "ConstantOfShape", "", {}, {ints({5, 2})}, {false}, 1, 0.0, 0.0});
+    AttributeMap y;
+    y.set("k", int64_t{-1});
+    cases.push_back(OpCase{"EyeLike", "EyeLike", "", y, {uniform({4, 6}, 286)}, {}, 1, 0.0, 0.0});
+    AttributeMap yd;
+    yd.set("k", int64_t{2});
+    yd.set("dtype", static_cast<int64_t>(DType::kInt64));
+    cases.push_back(OpCase{"EyeLike_int64_k2", "EyeLike", "", yd, {uniform({5, 4}, 287)}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"Trilu_upper", "Trilu", "", {}, {uniform({2, 4, 5}, 288), scalar_i(1)}, {false, true}, 1, 0.0, 0.0});
+    AttributeMap t;
+    t.set("upper", int64_t{0});
+    cases.push_back(OpCase{"Trilu_lower", "Trilu", "", t, {uniform({2, 5, 4}, 289), scalar_i(-1)}, {false, true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"Trilu_lower_default_k", "Trilu", "", t, {uniform({3, 3}, 290)}, {}, 1, 0.0, 0.0});
   }
 
   // Dropout in inference (identity, all-true mask); training masks are random and checked by
