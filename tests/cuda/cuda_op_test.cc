@@ -192,6 +192,20 @@ std::vector<OpCase> all_cases() {
   cases.push_back(OpCase{"Clip", "Clip", "", {}, {uniform({5, 6}, 33), scalar_f(-0.3f), scalar_f(0.4f)}, {false, true, true}, 1});
   for (const char* op : {"Sum", "Mean", "Max", "Min"})
     cases.push_back(OpCase{op, op, "", {}, {uniform({2, 3, 4}, 41), uniform({3, 1}, 42), uniform({4}, 43)}, {}, 1});
+  // ActivationGrad for every forward op it knows, X drawn inside each derivative's domain.
+  for (const char* fwd : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Erf",
+                          "ThresholdedRelu", "Shrink", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+                          "Asinh", "Acosh", "Atanh"}) {
+    const std::string f = fwd;
+    AttributeMap a;
+    a.set("op", f);
+    float lo = -4.f, hi = 4.f;
+    if (f == "Asin" || f == "Acos" || f == "Atanh") lo = -0.9f, hi = 0.9f;
+    if (f == "Acosh") lo = 1.1f, hi = 3.f;
+    if (f == "Tan") lo = -1.2f, hi = 1.2f;
+    cases.push_back(OpCase{"ActivationGrad_" + f, "ActivationGrad", kMirror, a,
+                           {uniform({5, 7}, 56), uniform({5, 7}, 57, lo, hi)}, {}, 1, 1e-5, 1e-6});
+  }
   for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad"})
     cases.push_back(OpCase{op, op, kMirror, {}, {uniform({6, 7}, 51), uniform({6, 7}, 52, 0.f, 1.f)}, {}, 1});
 
