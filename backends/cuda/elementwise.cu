@@ -1,6 +1,6 @@
 // Elementwise ops on the GPU: unary activations and math, binary arithmetic and comparisons
-// with numpy broadcasting, Pow, Where, Clip, variadic Sum/Mean/Max/Min, and the pointwise
-// gradients ReluGrad/SigmoidGrad/TanhGrad. One thread per output element (grid-stride);
+// with numpy broadcasting, Pow, Mod, BitShift, PRelu, Where, Clip, variadic Sum/Mean/Max/Min,
+// and the pointwise gradients ReluGrad/SigmoidGrad/TanhGrad. One thread per output element (grid-stride);
 // semantics follow backends/cpu/elementwise_*.cc and grad_elementwise.cc.
 #include <cmath>
 #include <limits>
@@ -30,6 +30,14 @@ __global__ void binary_kernel(const TA* __restrict__ a, const TB* __restrict__ b
       ix.offsets(i, off);
       y[i] = op(a[off[0]], b[off[1]]);
     }
+  }
+}
+
+// Sets *flag when b holds a zero (integer Mod divides by it).
+template <class T>
+__global__ void any_zero_kernel(const T* __restrict__ b, int64_t n, int* __restrict__ flag) {
+  OMT_GRID_STRIDE(i, n) {
+    if (b[i] == T(0)) *flag = 1;
   }
 }
 
@@ -195,6 +203,40 @@ struct PowF {
     }
   }
 };
+// Mod: fmod=0 takes the sign of the divisor (Python %), fmod=1 that of the dividend (C fmod);
+// an integer divisor of -1 gives 0 (the most negative value % -1 is undefined).
+struct ModF {
+  bool c_fmod;
+  template <class T> __device__ T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return fmodf(a, b);
+    } else if constexpr (std::is_same_v<T, double>) {
+      return ::fmod(a, b);
+    } else if constexpr (std::is_unsigned_v<T>) {
+      return static_cast<T>(a % b);
+    } else {
+      if (b == T(-1)) return T(0);
+      const T r = static_cast<T>(a % b);
+      if (!c_fmod && r != 0 && ((r < 0) != (b < 0))) return static_cast<T>(r + b);
+      return r;
+    }
+  }
+};
+// BitShift on unsigned integers; shifting by the bit width or more gives 0.
+struct BitShiftF {
+  bool left;
+  template <class T> __device__ T operator()(T a, T b) const {
+    if (b >= T(sizeof(T) * 8)) return T(0);
+    return left ? static_cast<T>(a << b) : static_cast<T>(a >> b);
+  }
+};
+// PRelu(x, slope): slope broadcast to x.
+struct PReluF {
+  template <class T> __device__ T operator()(T x, T slope) const {
+    if constexpr (std::is_unsigned_v<T>) return x;  // never negative
+    else return x < T(0) ? static_cast<T>(slope * x) : x;
+  }
+};
 // Pointwise gradients: op(dY, Y).
 struct ReluGradF { template <class T> __device__ T operator()(T g, T y) const { return y > T(0) ? g : T(0); } };
 struct SigmoidGradF { template <class T> __device__ T operator()(T g, T y) const { return g * y * (T(1) - y); } };
@@ -322,6 +364,90 @@ class PowKernel final : public CudaKernel {
                  dtype_name(b.dtype()));
     }
   }
+};
+
+// Calls f(T{}) for the numeric dtypes of backends/cpu/elementwise_binary.cc but the half
+// types; false for the others.
+template <class F>
+bool visit_numeric(DType d, F&& f) {
+  switch (d) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    case DType::kInt8: return f(int8_t{});
+    case DType::kInt16: return f(int16_t{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kInt64: return f(int64_t{});
+    case DType::kUInt8: return f(uint8_t{});
+    case DType::kUInt16: return f(uint16_t{});
+    case DType::kUInt32: return f(uint32_t{});
+    case DType::kUInt64: return f(uint64_t{});
+    default: return false;
+  }
+}
+
+// Mod, BitShift and PRelu over every integer width and float32/64, with the CPU kernel's checks.
+enum class IntBinary { kMod, kBitShift, kPRelu };
+
+template <IntBinary kOp>
+class IntegerBinaryKernel final : public CudaKernel {
+ public:
+  IntegerBinaryKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu) {
+    if constexpr (kOp == IntBinary::kMod) fmod_ = info.attr().get_int("fmod", 0) != 0;
+    if constexpr (kOp == IntBinary::kBitShift) {
+      const std::string dir = info.attr().get_string("direction", "");
+      OMT_CHECK(dir == "LEFT" || dir == "RIGHT", kModel, info.where(),
+                ": attribute direction must be \"LEFT\" or \"RIGHT\", got \"", dir, "\"");
+      left_ = dir == "LEFT";
+    }
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.in(0);
+    const Tensor& b = ctx.in(1);
+    OMT_CHECK(a.dtype() == b.dtype(), kModel, where(), ": inputs have different dtypes (",
+              dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), "); insert a Cast so both are the same");
+    const DType dt = a.dtype();
+    if constexpr (kOp == IntBinary::kMod)
+      OMT_CHECK(fmod_ || !dtype_is_float(dt), kModel, where(), ": Mod of ", dtype_name(dt),
+                " requires attribute fmod=1 (ONNX forbids fmod=0 for floating-point inputs)");
+    const Shape out_shape = broadcast_shapes({a.shape(), b.shape()}, where());
+    if constexpr (kOp == IntBinary::kPRelu)
+      OMT_CHECK(out_shape == a.shape(), kModel, where(), ": slope of shape ", shape_str(b.shape()),
+                " does not broadcast to X of shape ", shape_str(a.shape()));
+    const bool done = visit_numeric(dt, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (kOp == IntBinary::kBitShift && !std::is_unsigned_v<T>) {
+        return false;
+      } else {
+        if constexpr (kOp == IntBinary::kMod && std::is_integral_v<T>) check_no_zero<T>(b);
+        Tensor& y = ctx.output(0, dt, out_shape);
+        if constexpr (kOp == IntBinary::kMod) launch_binary<T, T, T>(stream(), a, b, y, ModF{fmod_}, where());
+        if constexpr (kOp == IntBinary::kBitShift) launch_binary<T, T, T>(stream(), a, b, y, BitShiftF{left_}, where());
+        if constexpr (kOp == IntBinary::kPRelu) launch_binary<T, T, T>(stream(), a, b, y, PReluF{}, where());
+        return true;
+      }
+    });
+    if (!done) unsupported_dtype(dt);
+  }
+
+ private:
+  // The CPU kernel rejects an integer divisor holding a 0; so does this one (one 4-byte
+  // download, which waits for the stream).
+  template <class T>
+  void check_no_zero(const Tensor& b) {
+    if (b.numel() == 0) return;
+    Tensor flag = cu_.allocate(DType::kInt32, {1});
+    cu_.fill_zero(flag);
+    any_zero_kernel<T><<<blocks_for(b.numel()), kThreads, 0, stream()>>>(
+        static_cast<const T*>(b.raw()), b.numel(), static_cast<int*>(flag.raw()));
+    OMT_CUDA_CHECK_LAUNCH();
+    int found = 0;
+    cu_.download(flag.raw(), &found, sizeof(found));
+    OMT_CHECK(found == 0, kInvalidArgument, where(), ": integer division by zero (input B holds a 0)");
+  }
+
+  bool fmod_ = false;
+  bool left_ = true;
 };
 
 class WhereKernel final : public CudaKernel {
@@ -479,6 +605,9 @@ OMT_REGISTER_CUDA_KERNEL("And", LogicalKernel<AndF>);
 OMT_REGISTER_CUDA_KERNEL("Or", LogicalKernel<OrF>);
 OMT_REGISTER_CUDA_KERNEL("Xor", LogicalKernel<XorF>);
 OMT_REGISTER_CUDA_KERNEL("Pow", PowKernel);
+OMT_REGISTER_CUDA_KERNEL("Mod", IntegerBinaryKernel<IntBinary::kMod>);
+OMT_REGISTER_CUDA_KERNEL("BitShift", IntegerBinaryKernel<IntBinary::kBitShift>);
+OMT_REGISTER_CUDA_KERNEL("PRelu", IntegerBinaryKernel<IntBinary::kPRelu>);
 OMT_REGISTER_CUDA_KERNEL("Where", WhereKernel);
 OMT_REGISTER_CUDA_KERNEL("Clip", ClipKernel);
 OMT_REGISTER_CUDA_KERNEL("Sum", VariadicKernel<AddF>);

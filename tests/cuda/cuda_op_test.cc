@@ -149,6 +149,35 @@ std::vector<OpCase> all_cases() {
     c.rtol = 1e-5;
     cases.push_back(c);
   }
+  {
+    // PRelu: per-channel slope [C,1,1] broadcast to X, and an int32 case.
+    cases.push_back(OpCase{"PRelu", "PRelu", "", {}, {uniform({2, 3, 4, 5}, 24), uniform({3, 1, 1}, 25)}, {}, 1});
+    cases.push_back(OpCase{"PRelu_int32", "PRelu", "", {},
+                           {Tensor::from_vector<int32_t>({-3, 4, -5, 0, 7, -8}, {2, 3}), Tensor::from_vector<int32_t>({2, -1, 3}, {3})},
+                           {}, 1, 0.0, 0.0});
+    // Mod: integers with mixed signs (and a -1 divisor) both ways, floats with fmod=1.
+    const Tensor ia = Tensor::from_vector<int64_t>({-7, 7, -7, 7, 5, -9, 0, 13}, {2, 4});
+    const Tensor ib = Tensor::from_vector<int64_t>({3, -3, -1, 4}, {4});
+    cases.push_back(OpCase{"Mod_int64", "Mod", "", {}, {ia, ib}, {}, 1, 0.0, 0.0});
+    AttributeMap f;
+    f.set("fmod", int64_t{1});
+    cases.push_back(OpCase{"Mod_int64_fmod", "Mod", "", f, {ia, ib}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"Mod_int8", "Mod", "", {},
+                           {Tensor::from_vector<int8_t>({-128, 100, -5, 9}, {4}), Tensor::from_vector<int8_t>({-1, -7, 3, 4}, {4})},
+                           {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"Mod_float_fmod", "Mod", "", f, {uniform({4, 5}, 26, -5.f, 5.f), uniform({5}, 27, 0.5f, 2.f)}, {}, 1});
+    // BitShift on unsigned integers, shifts past the width included.
+    for (const char* dir : {"LEFT", "RIGHT"}) {
+      AttributeMap d;
+      d.set("direction", std::string(dir));
+      cases.push_back(OpCase{std::string("BitShift_uint8_") + dir, "BitShift", "", d,
+                             {Tensor::from_vector<uint8_t>({1, 255, 16, 7, 200, 3}, {2, 3}), Tensor::from_vector<uint8_t>({1, 3, 9}, {3})},
+                             {}, 1, 0.0, 0.0});
+      cases.push_back(OpCase{std::string("BitShift_uint64_") + dir, "BitShift", "", d,
+                             {Tensor::from_vector<uint64_t>({1, ~uint64_t{0}, 12345, 8}, {4}), Tensor::from_vector<uint64_t>({63, 4, 64, 2}, {4})},
+                             {}, 1, 0.0, 0.0});
+    }
+  }
   for (const char* op : {"And", "Or", "Xor"}) {
     Tensor a = Tensor::empty(DType::kBool, {2, 3}), b = Tensor::empty(DType::kBool, {3});
     for (int i = 0; i < 6; ++i) a.data<bool>()[i] = i % 2 == 0;
@@ -163,6 +192,20 @@ std::vector<OpCase> all_cases() {
   cases.push_back(OpCase{"Clip", "Clip", "", {}, {uniform({5, 6}, 33), scalar_f(-0.3f), scalar_f(0.4f)}, {false, true, true}, 1});
   for (const char* op : {"Sum", "Mean", "Max", "Min"})
     cases.push_back(OpCase{op, op, "", {}, {uniform({2, 3, 4}, 41), uniform({3, 1}, 42), uniform({4}, 43)}, {}, 1});
+  // ActivationGrad for every forward op it knows, X drawn inside each derivative's domain.
+  for (const char* fwd : {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Erf",
+                          "ThresholdedRelu", "Shrink", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+                          "Asinh", "Acosh", "Atanh"}) {
+    const std::string f = fwd;
+    AttributeMap a;
+    a.set("op", f);
+    float lo = -4.f, hi = 4.f;
+    if (f == "Asin" || f == "Acos" || f == "Atanh") lo = -0.9f, hi = 0.9f;
+    if (f == "Acosh") lo = 1.1f, hi = 3.f;
+    if (f == "Tan") lo = -1.2f, hi = 1.2f;
+    cases.push_back(OpCase{"ActivationGrad_" + f, "ActivationGrad", kMirror, a,
+                           {uniform({5, 7}, 56), uniform({5, 7}, 57, lo, hi)}, {}, 1, 1e-5, 1e-6});
+  }
   for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad"})
     cases.push_back(OpCase{op, op, kMirror, {}, {uniform({6, 7}, 51), uniform({6, 7}, 52, 0.f, 1.f)}, {}, 1});
 
