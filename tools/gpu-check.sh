@@ -44,15 +44,36 @@ else row "GPU tests" "FAIL (rc $TEST_RC, see $OUT/gpu-tests.log)"; fi
 
 # ---- 2. benchmark data: synthetic, Fashion-MNIST-shaped and Transformer-shaped (offline machine) --
 note "benchmark data"
-python3 - "$OUT" "$((STEPS * BATCH))" <<'PY'
-import sys, numpy as np
+# 8192 samples, reused epoch after epoch: throughput does not depend on their number, and the
+# writer below needs no numpy (this machine's python3 may lack it).
+PYTHON=$(command -v python3 || command -v /usr/bin/python3)
+"$PYTHON" - "$OUT" 8192 <<'PY'
+import array, random, struct, sys, zipfile
 out, n = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(0)
-np.savez(f"{out}/bench.npz", input=rng.random((n, 1, 28, 28), dtype=np.float32),
-         labels=rng.integers(0, 10, n).astype(np.int64))
+rng = random.Random(0)
+
+def npy(typecode, descr, shape, values):
+    """One .npy file (format 1.0) holding `values` (little-endian, C order)."""
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d, " % d for d in shape))
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    data = array.array(typecode, values)
+    if sys.byteorder != "little":
+        data.byteswap()
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data.tobytes()
+
+def npz(path, arrays):
+    with zipfile.ZipFile(path, "w") as z:
+        for name, blob in arrays.items():
+            z.writestr(name + ".npy", blob)
+
+npz(f"{out}/bench.npz", {
+    "input": npy("f", "<f4", (n, 1, 28, 28), (rng.random() for _ in range(n * 784))),
+    "labels": npy("q", "<i8", (n,), (rng.randrange(10) for _ in range(n)))})
 # tests/reference/transformer_op17.onnx: one encoder layer, d_model 8, 2 heads, sequence 5.
-np.savez(f"{out}/transformer.npz", input=rng.standard_normal((n, 5, 8), dtype=np.float32),
-         labels=rng.standard_normal((n, 5, 8), dtype=np.float32))
+npz(f"{out}/transformer.npz", {
+    "input": npy("f", "<f4", (n, 5, 8), (rng.gauss(0, 1) for _ in range(n * 40))),
+    "labels": npy("f", "<f4", (n, 5, 8), (rng.gauss(0, 1) for _ in range(n * 40)))})
 print(f"wrote {n} samples each to {out}/bench.npz and {out}/transformer.npz")
 PY
 
@@ -71,10 +92,12 @@ omt_bench() {  # label model data [extra args]: samples/s as fit reports it (med
     row "onnx-mirror $label (GPU)" "$rate samples/s (median step)"
   fi
 }
-GPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l || echo 1)
+GPUS=$( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true) | wc -l)
 omt_bench cnn "$ROOT/models/cnn.onnx" "$OUT/bench.npz"
 [[ $GPUS -ge 2 ]] && omt_bench cnn_2gpu "$ROOT/models/cnn.onnx" "$OUT/bench.npz" --replicas 2
-omt_bench transformer_d8_seq5 "$ROOT/tests/reference/transformer_op17.onnx" "$OUT/transformer.npz" --loss mse
+# The Transformer layer is a regression (float targets); the train tool's data loader takes
+# class labels only for now, so it cannot be benchmarked through `train` yet.
+row "onnx-mirror transformer_d8_seq5 (GPU)" "not run: train's data loader takes class labels only (no float targets yet)"
 
 # ---- 4. PyTorch on the same GPU (when this machine's python3 has torch with CUDA) -----------------
 note "PyTorch: CNN and Transformer encoder layers"
