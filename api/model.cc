@@ -9,6 +9,7 @@
 #include "api/internal.h"
 #include "graph/onnx_io.h"
 #include "runtime/data/dataset.h"
+#include "runtime/fit.h"
 #include "runtime/metrics.h"
 #include "runtime/predictor.h"
 
@@ -167,40 +168,15 @@ EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::
   OMT_CHECK(chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", chunk);
   const std::string input = model->graph.inputs.at(0).name;
   const int run_threads = threads_per_replica > 0 ? threads_per_replica : std::max(threads, 1);
-  const int64_t n = features.dim(0);
-  // The same scoring as omt::evaluate (runtime/fit.cc), so `eval` reproduces fit's numbers.
-  omt::ConfusionMatrix confusion;
-  double loss_sum = 0;
-  bool class_scores = true;
-  for (int64_t begin = 0; begin < n; begin += chunk) {
-    const int64_t end = std::min(n, begin + chunk);
-    omt::NamedTensors feeds;
-    feeds.set(input, n > chunk ? omt::slice_rows(features, begin, end) : features);
-    const omt::NamedTensors out = predict_locked(feeds, replicas, run_threads);
-    const omt::Tensor& logits = out.at(out.names().at(0));
-    const omt::Tensor y = n > chunk ? omt::slice_rows(labels, begin, end) : labels;
-    if (logits.dtype() != omt::DType::kFloat32 || logits.rank() != 2) {
-      class_scores = false;
-      continue;
-    }
-    if (confusion.num_classes() == 0) confusion = omt::ConfusionMatrix(logits.dim(1));
-    confusion.add(logits, y);  // kInvalidArgument for a label outside [0, C)
-    const int64_t classes = logits.dim(1);
-    const float* p = logits.data<float>();
-    for (int64_t i = 0; i < end - begin; ++i) {
-      const float* row = p + i * classes;
-      const double mx = *std::max_element(row, row + classes);
-      double sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - mx);
-      loss_sum += mx + std::log(sum) - row[y.data<int64_t>()[i]];
-    }
-  }
-  int64_t correct = 0;
-  for (int64_t c = 0; c < confusion.num_classes(); ++c) correct += confusion.counts(c, c);
+  // omt::evaluate (runtime/fit.cc), so that `eval` reproduces fit's numbers.
+  const omt::EvalResult ev = omt::evaluate(
+      [&](const omt::NamedTensors& feeds) { return predict_locked(feeds, replicas, run_threads); }, input, features,
+      labels, chunk);
+  const omt::ConfusionMatrix& confusion = ev.confusion;
   EvalResult result;
-  result.samples = n;
-  result.loss = class_scores && n ? loss_sum / static_cast<double>(n) : NAN;
-  result.accuracy = n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  result.samples = ev.samples;
+  result.loss = ev.loss;
+  result.accuracy = ev.accuracy;
   result.confusion = ConfusionMatrix(confusion.num_classes());
   for (int64_t t = 0; t < confusion.num_classes(); ++t)
     for (int64_t c = 0; c < confusion.num_classes(); ++c)

@@ -185,6 +185,12 @@ std::string fmt(double v, int precision = 4) {
 
 EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk) {
+  return evaluate([&](const NamedTensors& feeds) { return predictor.run(feeds); }, input_name, features, labels,
+                  chunk);
+}
+
+EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
+                    const Tensor& labels, int64_t chunk) {
   EvalResult r;
   const int64_t n = features.dim(0);
   double loss_sum = 0;
@@ -194,7 +200,7 @@ EvalResult evaluate(Predictor& predictor, const std::string& input_name, const T
     const int64_t e = std::min(n, b + chunk);
     NamedTensors feeds;
     feeds.set(input_name, n > chunk ? slice_rows(features, b, e) : features);
-    const NamedTensors out = predictor.run(feeds);
+    const NamedTensors out = predict(feeds);
     const Tensor& logits = out.at(out.names()[0]);
     const Tensor y = n > chunk ? slice_rows(labels, b, e) : labels;
     if (logits.dtype() != DType::kFloat32 || logits.rank() != 2) {

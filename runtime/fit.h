@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -25,8 +26,12 @@ struct EvalResult {
   ConfusionMatrix confusion;
 };
 
-// Runs `predictor` over prepared features in chunks and scores the first output against
+// Runs `predict` over prepared features in chunks and scores the first output against
 // class labels. Every sample is counted exactly once.
+using PredictFn = std::function<NamedTensors(const NamedTensors& feeds)>;
+EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
+                    const Tensor& labels, int64_t chunk = 1000);
+// The same with a Predictor.
 EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk = 1000);
 
