@@ -5,19 +5,6 @@
 
 namespace omt {
 
-namespace {
-
-ValueInfo info_like(const std::string& name, const Tensor& t) {
-  ValueInfo v;
-  v.name = name;
-  v.dtype = t.dtype();
-  std::vector<Dim> dims;
-  for (int64_t d : t.shape()) dims.push_back(Dim{d, ""});
-  v.shape = dims;
-  return v;
-}
-
-}  // namespace
 
 MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first_bytes,
                        const OpSupported& fusable) {
@@ -93,7 +80,7 @@ MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first
     if (model_output) bg.outputs.push_back(g.outputs[i]);
   }
   for (const auto& s : tg.states)
-    if (s.kind == "running_mean" || s.kind == "running_var") bg.outputs.push_back(info_like(s.updated, s.initial));
+    if (s.kind == "running_mean" || s.kind == "running_var") bg.outputs.push_back(tensor_info(s.updated, s.initial));
   for (size_t k = 0; k < tg.params.size(); ++k) {
     ValueInfo v = *g.find_input(tg.params[k].name);
     v.name = plan.grads[k];
@@ -140,7 +127,7 @@ MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first
   }
   for (const auto& s : tg.states)
     if (optimizer_inputs.count(s.name)) {
-      ValueInfo v = info_like(s.updated, s.initial);
+      ValueInfo v = tensor_info(s.updated, s.initial);
       ug.outputs.push_back(v);
     }
   return plan;

@@ -6,6 +6,16 @@
 
 namespace omt {
 
+ValueInfo tensor_info(const std::string& name, const Tensor& t) {
+  ValueInfo v;
+  v.name = name;
+  v.dtype = t.dtype();
+  std::vector<Dim> dims;
+  for (int64_t d : t.shape()) dims.push_back(Dim{d, ""});
+  v.shape = dims;
+  return v;
+}
+
 LossKind parse_loss_kind(const std::string& name) {
   if (name == "softmax_cross_entropy" || name == "cross_entropy") return LossKind::kSoftmaxCrossEntropy;
   if (name == "nll") return LossKind::kNll;
@@ -68,15 +78,6 @@ class NameSource {
   std::set<std::string> used_;
 };
 
-ValueInfo tensor_info(const std::string& name, const Tensor& t) {
-  ValueInfo v;
-  v.name = name;
-  v.dtype = t.dtype();
-  std::vector<Dim> dims;
-  for (int64_t d : t.shape()) dims.push_back(Dim{d, ""});
-  v.shape = dims;
-  return v;
-}
 
 ValueInfo scalar_info(const std::string& name, DType dtype) {
   ValueInfo v;

@@ -77,6 +77,9 @@ struct TrainingGraph {
 // (ops without gradient rules on the path, listed all at once).
 TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec);
 
+// A graph value typed like `t` (its dtype and fixed shape), named `name`.
+ValueInfo tensor_info(const std::string& name, const Tensor& t);
+
 // Trainable parameter names the spec selects (float initializers with rank >= 1 that are not
 // BatchNormalization statistics), before reachability is known.
 std::vector<std::string> select_parameters(const Graph& graph, const TrainingSpec& spec,
