@@ -25,11 +25,7 @@ struct ConvAttrs {
 
   void read(const KernelInfo& info) {
     const AttributeMap& a = info.attr();
-    auto_pad = a.get_string("auto_pad", "NOTSET");
-    OMT_CHECK(auto_pad == "NOTSET" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" ||
-                  auto_pad == "VALID",
-              kModel, info.where(), ": auto_pad '", auto_pad,
-              "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    auto_pad = read_auto_pad(info);
     kernel_shape = a.get_ints("kernel_shape");
     strides = a.get_ints("strides");
     dilations = a.get_ints("dilations");

@@ -8,6 +8,13 @@ KernelRegistry& cpu_kernel_registry() {
   return registry;
 }
 
+std::string read_auto_pad(const KernelInfo& info) {
+  const std::string v = info.attr().get_string("auto_pad", "NOTSET");
+  OMT_CHECK(v == "NOTSET" || v == "SAME_UPPER" || v == "SAME_LOWER" || v == "VALID", kModel, info.where(),
+            ": auto_pad '", v, "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  return v;
+}
+
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where) {
   const int64_t a = axis < 0 ? axis + rank : axis;
   OMT_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), kModel, "axis ", axis,

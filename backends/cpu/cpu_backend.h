@@ -34,6 +34,10 @@ struct KernelRegistrar {
 // Normalises a possibly negative axis against `rank`; a model error naming `where` if out of range.
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);
 
+// The node's auto_pad attribute (convolutions and pooling), checked: NOTSET (the default),
+// SAME_UPPER, SAME_LOWER or VALID; model error naming the node otherwise.
+std::string read_auto_pad(const KernelInfo& info);
+
 // Multidirectional (numpy) broadcasting of shapes; model error naming `where` when they clash.
 Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& where);
 

@@ -63,11 +63,7 @@ class ConvGradKernel : public OpKernel {
  public:
   explicit ConvGradKernel(const KernelInfo& info) : info_(info) {
     const AttributeMap& a = info.attr();
-    auto_pad_ = a.get_string("auto_pad", "NOTSET");
-    OMT_CHECK(auto_pad_ == "NOTSET" || auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER" ||
-                  auto_pad_ == "VALID",
-              kModel, info.where(), ": auto_pad '", auto_pad_,
-              "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    auto_pad_ = read_auto_pad(info);
     kernel_shape_ = a.get_ints("kernel_shape");
     strides_ = a.get_ints("strides");
     dilations_ = a.get_ints("dilations");

@@ -6,11 +6,7 @@ namespace omt::cpu {
 
 void PoolAttrs::read(const KernelInfo& info, bool has_dilations) {
   const AttributeMap& a = info.attr();
-  auto_pad = a.get_string("auto_pad", "NOTSET");
-  OMT_CHECK(auto_pad == "NOTSET" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" ||
-                auto_pad == "VALID",
-            kModel, info.where(), ": auto_pad '", auto_pad,
-            "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  auto_pad = read_auto_pad(info);
   kernel = a.get_ints("kernel_shape");
   OMT_CHECK(!kernel.empty() && kernel.size() <= 3, kUnsupported, info.where(),
             ": kernel_shape must list 1 to 3 spatial dims, got ", kernel.size());
