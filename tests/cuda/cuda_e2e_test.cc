@@ -18,19 +18,8 @@
 namespace omt {
 namespace {
 
-std::shared_ptr<const Model> cnn() {
-  return std::make_shared<const Model>(load_onnx(test::source_path("models/cnn.onnx")));
-}
-
-std::pair<Tensor, Tensor> batch(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.f, 1.f);
-  Tensor x = Tensor::empty(DType::kFloat32, {n, 1, 28, 28});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = pixel(rng);
-  Tensor y = Tensor::empty(DType::kInt64, {n});
-  for (int64_t i = 0; i < n; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 10);
-  return {x, y};
-}
+using test::cnn;
+using test::cnn_batch;
 
 TEST(CudaEndToEnd, TrainerThreeSgdStepsMatchTheCpu) {
   OMT_SKIP_WITHOUT_CUDA();
@@ -40,7 +29,7 @@ TEST(CudaEndToEnd, TrainerThreeSgdStepsMatchTheCpu) {
   gpu_options.device = "cuda";
   Trainer cpu(cnn(), spec), gpu(cnn(), spec, gpu_options);
   for (int step = 0; step < 3; ++step) {
-    const auto [x, y] = batch(32, 7 + static_cast<uint64_t>(step));
+    const auto [x, y] = cnn_batch(32, 7 + static_cast<uint64_t>(step));
     NamedTensors in;
     in.set("input", x);
     const float want = cpu.step(in, y, 0.1f).loss;
@@ -59,7 +48,7 @@ TEST(CudaEndToEnd, TrainerThreeSgdStepsMatchTheCpu) {
   for (const auto& name : trained.graph.initializers.names())
     EXPECT_TRUE(trained.graph.initializers.at(name).on_host()) << name;
   // Gradients come back to the host and match.
-  const auto [x, y] = batch(16, 99);
+  const auto [x, y] = cnn_batch(16, 99);
   NamedTensors in;
   in.set("input", x);
   NamedTensors g_cpu, g_gpu;
@@ -100,7 +89,7 @@ TEST(CudaEndToEnd, ApiPredictsAndStepsOnTheGpu) {
   onnx_mirror::LoadOptions on_gpu;
   on_gpu.device = "cuda";
   onnx_mirror::Model cpu_model = onnx_mirror::Model::load(path), gpu_model = onnx_mirror::Model::load(path, on_gpu);
-  const auto [x, y] = batch(24, 5);
+  const auto [x, y] = cnn_batch(24, 5);
   const onnx_mirror::Tensor px = to_public_copy(x), py = to_public_copy(y);
   auto close = [](const onnx_mirror::Tensor& a, const onnx_mirror::Tensor& b) {
     const Tensor ia = Tensor::wrap(DType::kFloat32, a.shape(), const_cast<void*>(a.raw()), nullptr);

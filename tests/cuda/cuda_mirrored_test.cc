@@ -18,19 +18,8 @@
 namespace omt {
 namespace {
 
-std::shared_ptr<const Model> cnn() {
-  return std::make_shared<const Model>(load_onnx(test::source_path("models/cnn.onnx")));
-}
-
-std::pair<Tensor, Tensor> batch(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.f, 1.f);
-  Tensor x = Tensor::empty(DType::kFloat32, {n, 1, 28, 28});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = pixel(rng);
-  Tensor y = Tensor::empty(DType::kInt64, {n});
-  for (int64_t i = 0; i < n; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 10);
-  return {x, y};
-}
+using test::cnn;
+using test::cnn_batch;
 
 // The global batch cut into R contiguous shards.
 std::vector<ReplicaBatch> shards(const Tensor& x, const Tensor& y, int R) {
@@ -70,7 +59,7 @@ TEST(CudaMirrored, OneGpuThreeSgdStepsMatchTheCpu) {
   gpu_options.shared_parameters = shared;
   MirroredTrainer cpu(model, sgd(), options("cpu", 1)), gpu(model, sgd(), gpu_options);
   for (int step = 0; step < 3; ++step) {
-    const auto [x, y] = batch(32, 11 + static_cast<uint64_t>(step));
+    const auto [x, y] = cnn_batch(32, 11 + static_cast<uint64_t>(step));
     const double want = cpu.step(shards(x, y, 1), 32, 0.1f).loss;
     const MirroredStepResult got = gpu.step(shards(x, y, 1), 32, 0.1f);
     EXPECT_NEAR(got.loss, want, 1e-4 + 1e-4 * std::fabs(want)) << "loss at step " << step;
@@ -101,7 +90,7 @@ TEST(CudaMirrored, TwoGpusMatchOneGpu) {
     MirroredTrainer one(model, sgd(), options("cuda", 1, overlap)), two(model, sgd(), options("cuda", 2, overlap));
     EXPECT_EQ(two.world_size(), 2);
     for (int step = 0; step < 3; ++step) {
-      const auto [x, y] = batch(32, 21 + static_cast<uint64_t>(step));
+      const auto [x, y] = cnn_batch(32, 21 + static_cast<uint64_t>(step));
       const double want = one.step(shards(x, y, 1), 32, 0.1f).loss;
       const double got = two.step(shards(x, y, 2), 32, 0.1f).loss;
       EXPECT_NEAR(got, want, 1e-4 + 1e-4 * std::fabs(want)) << "loss at step " << step;
@@ -111,7 +100,7 @@ TEST(CudaMirrored, TwoGpusMatchOneGpu) {
     for (const auto& name : want.names())
       EXPECT_TRUE(test::tensors_close(got.at(name), want.at(name), 1e-3, 1e-5)) << "parameter " << name;
     // A replica with an empty shard still joins every all-reduce.
-    const auto [x, y] = batch(1, 5);
+    const auto [x, y] = cnn_batch(1, 5);
     std::vector<ReplicaBatch> uneven = shards(x, y, 2);
     EXPECT_EQ(uneven[0].size(), 0);
     EXPECT_TRUE(std::isfinite(two.step(uneven, 1, 0.1f).loss));
@@ -121,7 +110,7 @@ TEST(CudaMirrored, TwoGpusMatchOneGpu) {
 
 TEST(CudaMirrored, FitRunsAShortEpoch) {
   OMT_SKIP_WITHOUT_CUDA();
-  const auto [x, y] = batch(64, 3);
+  const auto [x, y] = cnn_batch(64, 3);
   Dataset train;
   train.source = "random";
   train.feature_name = "input";

@@ -3,9 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <random>
 #include <string>
+#include <utility>
 
 #include "backends/backend.h"
+#include "graph/onnx_io.h"
+#include "tests/test_util.h"
 
 namespace omt::test {
 
@@ -20,6 +25,21 @@ inline const std::string& cuda_unavailable_reason() {
     }
   }();
   return reason;
+}
+
+// models/cnn.onnx, and a seeded batch of n random images in [0, 1) with labels 0..9 for it.
+inline std::shared_ptr<const Model> cnn() {
+  return std::make_shared<const Model>(load_onnx(source_path("models/cnn.onnx")));
+}
+
+inline std::pair<Tensor, Tensor> cnn_batch(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.f, 1.f);
+  Tensor x = Tensor::empty(DType::kFloat32, {n, 1, 28, 28});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = pixel(rng);
+  Tensor y = Tensor::empty(DType::kInt64, {n});
+  for (int64_t i = 0; i < n; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 10);
+  return {x, y};
 }
 
 }  // namespace omt::test
