@@ -481,10 +481,9 @@ struct MirroredTrainer::Impl {
   }
 
 
-  bool pinnable() const {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return opt.pin_threads && opt.local_process >= 0 && (opt.local_process + 1) * R * opt.threads_per_replica <= cores;
-  }
+  // Each replica has cores of its own to be pinned to (set once, in the constructor).
+  bool pinnable_ = false;
+  bool pinnable() const { return pinnable_; }
   int first_core(int r) const { return (opt.local_process * R + r) * opt.threads_per_replica; }
 
   void thread_main(int r) {
@@ -579,6 +578,9 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
               init ? "has " + init->describe() : std::string("has no such initializer"),
               "; share only the model's own initializers");
   }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.pinnable_ = options.pin_threads && options.local_process >= 0 &&
+                (options.local_process + 1) * m.R * options.threads_per_replica <= cores;
   m.sliced = m.R > 1 && !m.on_device && sliceable_update(m.plan, m.tg);
   m.reps.resize(static_cast<size_t>(m.R));
   const bool processes = m.opt.comm && m.opt.comm->size() > 1;
