@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/shape_util.h"
 
 namespace omt::cpu {
 
@@ -31,18 +32,10 @@ struct KernelRegistrar {
       })
 #define OMT_REGISTER_CPU_KERNEL(op, KernelClass) OMT_REGISTER_CPU_KERNEL_DOMAIN("", op, KernelClass)
 
-// Normalises a possibly negative axis against `rank`; a model error naming `where` if out of range.
-int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);
-
 // The node's auto_pad attribute (convolutions and pooling), checked: NOTSET (the default),
 // SAME_UPPER, SAME_LOWER or VALID; model error naming the node otherwise.
 std::string read_auto_pad(const KernelInfo& info);
 
-// Multidirectional (numpy) broadcasting of shapes; model error naming `where` when they clash.
-Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& where);
-
-// Element strides of `in` broadcast to `out` (0 where the input dimension is broadcast).
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 
 // Calls fn(out_index, offsets) for every element of `out_shape`, where offsets[k] is the
 // element offset into input k broadcast to `out_shape`. Inner loop is tight.

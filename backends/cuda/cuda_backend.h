@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/shape_util.h"
 
 namespace omt::cuda {
 
@@ -211,11 +212,6 @@ struct CudaKernelRegistrar {
 
 // ---- helpers shared by kernel files -------------------------------------------------------------
 
-int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where);
-// Numpy broadcasting of shapes; kModel naming `where` when they clash.
-Shape broadcast_shapes(const std::vector<Shape>& shapes, const std::string& where);
-// Element strides of `in` broadcast to `out` (0 where the dimension is broadcast).
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 // Optional input i, or null when absent.
 const Tensor* optional_input(const KernelContext& ctx, int i);
 
