@@ -16,10 +16,12 @@
 
 #include "collectives/factory.h"
 #include "common/file_util.h"
+#include "runtime/data/dataset.h"
 
 namespace omt {
 
 int64_t ReplicaBatch::size() const {
+  if (deferred.source) return static_cast<int64_t>(deferred.rows.size());
   for (const auto& n : inputs.names()) return inputs.at(n).rank() ? inputs.at(n).dim(0) : 1;
   return labels.defined() && labels.rank() ? labels.dim(0) : 0;
 }
@@ -47,6 +49,14 @@ int64_t ReplicaBatch::size() const {
 // the new values with no copy. Before updating, a replica waits until every local replica has
 // finished its backward graph, which reads the parameters. Otherwise (R == 1, or another
 // optimizer op) each replica keeps its own copy and runs the whole update.
+
+// Note [Local sum in the update]: in one process with a sliced update there is nothing to
+// send between processes, so the gradients are not summed into replica 0's buckets at all:
+// replica r's update reads slice r of every local replica's bucket and sums them as it goes
+// (Note [Summed gradients] in optimizers_torch.cc), in replica order, which is the order the
+// sum over buckets would have used. That removes a pass that read every bucket and wrote
+// replica 0's (the last bucket's share of it ran on the critical path, on one thread while
+// the others waited), and the update's separate read of the sum.
 
 // Note [Replicas on GPUs]: on a GPU backend each local replica has a backend instance of its
 // own (one GPU, one compute stream) shared by its two Sessions, and keeps everything in that
@@ -111,9 +121,15 @@ bool sliceable_update(const MirrorPlan& plan, const TrainingGraph& tg) {
   return true;
 }
 
+// The name of local replica j's slice of gradient `grad` in a sliced update that sums over
+// replicas (Note [Local sum in the update]).
+std::string replica_grad_name(const std::string& grad, int j) { return grad + "@replica" + std::to_string(j); }
+
 // The update graph of local replica r with every parameter-shaped value (parameter, gradient,
-// optimizer state, and their new values) declared as the 1-D slice r of it.
-Model sliced_update_model(const MirrorPlan& plan, const TrainingGraph& tg, int r, int R) {
+// optimizer state, and their new values) declared as the 1-D slice r of it. With sum_locally
+// each optimizer node also takes the other replicas' slices of its gradient and sums them
+// (Note [Local sum in the update]).
+Model sliced_update_model(const MirrorPlan& plan, const TrainingGraph& tg, int r, int R, bool sum_locally) {
   std::map<std::string, int64_t> length;  // value -> elements in slice r
   for (size_t k = 0; k < tg.params.size(); ++k) {
     const ValueInfo* vi = plan.update.graph.find_input(tg.params[k].name);
@@ -129,6 +145,18 @@ Model sliced_update_model(const MirrorPlan& plan, const TrainingGraph& tg, int r
   for (auto* values : {&m.graph.inputs, &m.graph.outputs})
     for (auto& v : *values)
       if (length.count(v.name)) v.shape = std::vector<Dim>{Dim{length[v.name], ""}};
+  if (sum_locally)
+    for (auto& n : m.graph.nodes) {
+      const ValueInfo* grad = m.graph.find_input(n.inputs.at(3));
+      OMT_ASSERT(grad, "update node ", n.where(), " reads gradient '", n.inputs[3], "', which is no graph input");
+      ValueInfo extra = *grad;
+      for (int j = 1; j < R; ++j) {
+        extra.name = replica_grad_name(n.inputs[3], j);
+        m.graph.inputs.push_back(extra);
+        n.inputs.push_back(extra.name);
+      }
+      n.attrs.set("gradients", static_cast<int64_t>(R));
+    }
   return m;
 }
 
@@ -151,6 +179,7 @@ struct MirroredTrainer::Impl {
     std::unique_ptr<Session> backward, update;
     NamedTensors params, state;
     NamedTensors update_feeds;  // sliced update: views of this replica's slices, built once
+    Tensor gathered;            // the deferred input rows of the step (ReplicaBatch::deferred), reused
     std::vector<Tensor> buckets;
     std::vector<Tensor> grad_views;  // per parameter: its slot in its bucket (built once)
     std::vector<TraceEvent> events;
@@ -167,6 +196,7 @@ struct MirroredTrainer::Impl {
   std::vector<Replica> reps;
   std::vector<std::vector<int>> ready_after;  // backward node -> buckets finished by it
   bool sliced = false;                        // Note [Sliced update]
+  bool sum_in_update = false;                 // Note [Local sum in the update]
   bool on_device = false;                     // Note [Replicas on GPUs]
   std::vector<std::string> write_back;        // GPU: shared tensors replica 0 downloads into
   std::shared_ptr<Backend> comm_backend;      // stages host data for a device-memory process group
@@ -251,11 +281,12 @@ struct MirroredTrainer::Impl {
   }
 
   // Sums bucket b over local replicas into replica 0's buffer and starts its all-reduce.
+  // With sum_in_update the updates sum the buckets themselves (Note [Local sum in the update]).
   void reduce_bucket(int b) {
     const double t0 = now_us();
     float* dst = reps[0].buckets[b].data<float>();
     const int64_t n = reps[0].buckets[b].numel();
-    for (int r = 1; r < R; ++r) {
+    for (int r = 1; r < R && !sum_in_update; ++r) {
       const float* src = reps[r].buckets[b].data<float>();
       for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
     }
@@ -264,7 +295,8 @@ struct MirroredTrainer::Impl {
     const double t1 = now_us();
     std::lock_guard<std::mutex> lock(mu);
     comm_ms += (t1 - t0) / 1000.0;
-    if (opt.trace) comm_events.push_back({"local reduce bucket " + std::to_string(b), "comm", t0, t1 - t0, R});
+    if (opt.trace && !sum_in_update)
+      comm_events.push_back({"local reduce bucket " + std::to_string(b), "comm", t0, t1 - t0, R});
     sync[b].work = work;
     sync[b].state = work ? BucketState::kInFlight : BucketState::kDone;
     cv.notify_all();
@@ -349,7 +381,13 @@ struct MirroredTrainer::Impl {
     };
     if (n > 0) {
       NamedTensors f;
-      for (const auto& name : tg.data_inputs) f.set(name, batch.inputs.at(name));
+      if (batch.deferred.source) {
+        const double g0 = now_us();
+        rep.gathered = gather_rows(*batch.deferred.source, batch.deferred.rows, std::move(rep.gathered));
+        if (opt.trace) rep.events.push_back({"gather rows", "data", g0, now_us() - g0, r});
+      }
+      for (const auto& name : tg.data_inputs)
+        f.set(name, batch.deferred.source && name == batch.deferred.input ? rep.gathered : batch.inputs.at(name));
       if (!tg.labels.empty()) f.set(tg.labels, batch.labels);
       f.set(tg.loss_scale, Tensor::scalar<float>(static_cast<float>(static_cast<double>(n) / global_samples)));
       for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
@@ -584,6 +622,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   m.sliced = m.R > 1 && !m.on_device && sliceable_update(m.plan, m.tg);
   m.reps.resize(static_cast<size_t>(m.R));
   const bool processes = m.opt.comm && m.opt.comm->size() > 1;
+  m.sum_in_update = m.sliced && !processes;
   NamedTensors initial;  // GPU: the parameters' host start values, equal on every process
   if (m.on_device) {
     // Note [Replicas on GPUs]: one GPU per local replica, each with its own backend.
@@ -625,7 +664,9 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
     };
     rep.backward = std::make_unique<Session>(backward, so);
     rep.update = std::make_unique<Session>(
-        m.sliced ? std::make_shared<const Model>(sliced_update_model(m.plan, m.tg, static_cast<int>(r), m.R)) : update, so);
+        m.sliced ? std::make_shared<const Model>(sliced_update_model(m.plan, m.tg, static_cast<int>(r), m.R, m.sum_in_update))
+                 : update,
+        so);
     for (const auto& p : m.tg.params)
       rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name), m.sliced));
     for (const auto& st : m.tg.states) rep.state.set(st.name, start(st.name, st.initial, m.sliced && !m.is_batchnorm_state(st.name)));
@@ -659,6 +700,8 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       for (size_t k = 0; k < m.tg.params.size(); ++k) {
         f.set(m.tg.params[k].name, slice(m.reps[0].params.at(m.tg.params[k].name)));
         f.set(m.plan.grads[k], slice(m.reps[0].grad_views[k]));
+        for (int j = 1; j < m.R && m.sum_in_update; ++j)
+          f.set(replica_grad_name(m.plan.grads[k], j), slice(m.reps[j].grad_views[k]));
       }
       for (const auto& st : m.tg.states)
         if (!m.is_batchnorm_state(st.name)) f.set(st.name, slice(m.reps[0].state.at(st.name)));
@@ -704,6 +747,13 @@ int MirroredTrainer::local_replicas() const { return impl_->R; }
 int MirroredTrainer::world_size() const {
   return impl_->R * (impl_->opt.comm ? impl_->opt.comm->size() : 1);
 }
+bool MirroredTrainer::replicas_fill_cores() const {
+  const MirrorOptions& o = impl_->opt;
+  if (impl_->on_device) return false;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, o.local_processes) * impl_->R * std::max(1, o.threads_per_replica) >= cores;
+}
+
 int MirroredTrainer::first_global_replica() const {
   return impl_->R * (impl_->opt.comm ? impl_->opt.comm->rank() : 0);
 }

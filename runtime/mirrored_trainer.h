@@ -34,6 +34,9 @@ struct MirrorOptions {
   // with several processes, replica r runs on GPU (local_process * replicas + r) mod the
   // visible devices (Note [Replicas on GPUs] in mirrored_trainer.cc).
   int local_process = 0;
+  // Processes of this job on this host (--nproc). With replicas and threads_per_replica it
+  // says whether replicas take every core (replicas_fill_cores).
+  int local_processes = 1;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
@@ -47,10 +50,19 @@ struct MirrorOptions {
   NamedTensors shared_parameters;
 };
 
+// Rows of a data set that the replica gathers itself, on its own thread, at the start of its
+// step (Note [Gather on the replica] in fit.cc). `source` must outlive the step.
+struct DeferredRows {
+  std::string input;               // the model input they feed
+  const Tensor* source = nullptr;  // [N, ...]; null: nothing deferred
+  std::vector<int64_t> rows;
+};
+
 // One local replica's shard of a global batch (may hold 0 samples).
 struct ReplicaBatch {
   NamedTensors inputs;  // one array per model input, batch first
   Tensor labels;
+  DeferredRows deferred;  // one more input, still to gather
   int64_t size() const;
 };
 
@@ -81,6 +93,9 @@ class MirroredTrainer {
   int local_replicas() const;
   int world_size() const;       // processes x local replicas
   int first_global_replica() const;  // global index of local replica 0
+  // Whether the replicas of this host's processes (MirrorOptions::local_processes) take every
+  // core, leaving none idle to prepare batches ahead. Always false on GPUs.
+  bool replicas_fill_cores() const;
 
   // One synchronous training step. `local[r]` is local replica r's shard; `global_samples`
   // is the size of the global batch over all replicas of all processes. Loss and gradients

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 
@@ -46,6 +48,58 @@ void check_like(const KernelContext& ctx, const KernelInfo& info, int in, const 
             " is ", t.describe(), ", expected param's ", p.describe());
 }
 
+// Note [Summed gradients]: with the attribute gradients=K (default 1) an optimizer node sums K
+// gradient inputs: `grad` and, after every other input, K-1 more of grad's shape, added in
+// input order (((grad + g2) + g3) ...). The trainer uses it to fold the sum over local replicas
+// into the update (Note [Local sum in the update] in mirrored_trainer.cc): one pass over the
+// gradients instead of a sum pass and an update pass.
+template <class T, int K>  // K: the gradient count, 0 when only known at run time
+struct GradSum {
+  std::vector<const T*> g;
+  T operator[](int64_t i) const {
+    if constexpr (K == 1) {
+      return g[0][i];
+    } else if constexpr (K == 2) {
+      return g[0][i] + g[1][i];
+    } else {
+      T sum = g[0][i];
+      for (size_t k = 1; k < g.size(); ++k) sum += g[k][i];
+      return sum;
+    }
+  }
+};
+
+int read_gradient_count(const KernelInfo& info) {
+  const int64_t k = info.attr().get_int("gradients", 1);
+  OMT_CHECK(k >= 1 && k <= 1024, kModel, info.where(), ": gradients=", k, " must be between 1 and 1024");
+  return static_cast<int>(k);
+}
+
+// The gradient inputs: `grad` (input 3) and the extra ones from input `first_extra` on, each
+// checked against param.
+template <class T, int K>
+GradSum<T, K> gradients(const KernelContext& ctx, const KernelInfo& info, int count, int first_extra) {
+  check_like(ctx, info, 3, "grad");
+  GradSum<T, K> sum;
+  sum.g.push_back(ctx.in(3).data<T>());
+  for (int k = 1; k < count; ++k) {
+    check_like(ctx, info, first_extra + k - 1, "a summed gradient");
+    sum.g.push_back(ctx.in(first_extra + k - 1).data<T>());
+  }
+  return sum;
+}
+
+// Calls f.template operator()<K>() with K = count for the counts with a specialised loop, else 0.
+template <class F>
+void with_gradient_count(int count, F&& f) {
+  if (count == 1)
+    f(std::integral_constant<int, 1>());
+  else if (count == 2)
+    f(std::integral_constant<int, 2>());
+  else
+    f(std::integral_constant<int, 0>());
+}
+
 // Where output `out` goes: the buffer of input `in` (Note [in place]) unless that input is a
 // plan constant; then fresh memory initialised with the input's values.
 template <class T>
@@ -62,7 +116,8 @@ T* updated(KernelContext& ctx, const KernelInfo& info, int in, int out) {
   return dst.data<T>();
 }
 
-// SGD(lr, step, param, grad[, momentum_buffer]) -> param_new[, momentum_buffer_new].
+// SGD(lr, step, param, grad[, momentum_buffer][, grad_2 ... grad_K]) -> param_new[,
+// momentum_buffer_new]; K = the attribute gradients (Note [Summed gradients]).
 class SgdKernel : public OpKernel {
  public:
   explicit SgdKernel(const KernelInfo& info)
@@ -70,29 +125,31 @@ class SgdKernel : public OpKernel {
         momentum_(info.attr().get_float("momentum", 0.f)),
         dampening_(info.attr().get_float("dampening", 0.f)),
         weight_decay_(info.attr().get_float("weight_decay", 0.f)),
-        nesterov_(info.attr().get_int("nesterov", 0) != 0) {
+        nesterov_(info.attr().get_int("nesterov", 0) != 0),
+        gradients_(read_gradient_count(info)) {
     OMT_CHECK(!nesterov_ || (momentum_ > 0.f && dampening_ == 0.f), kModel, info.where(),
               ": Nesterov momentum requires momentum > 0 and zero dampening (as torch.optim.SGD)");
-    const int want_in = momentum_ != 0.f ? 5 : 4, want_out = momentum_ != 0.f ? 2 : 1;
+    const int base_in = momentum_ != 0.f ? 5 : 4, want_out = momentum_ != 0.f ? 2 : 1;
+    const int want_in = base_in + gradients_ - 1;
     OMT_CHECK(info.num_inputs == want_in && info.num_outputs == want_out, kModel, info.where(),
-              ": SGD with momentum ", momentum_, " takes ", want_in, " inputs and ", want_out,
-              " outputs (lr, step, param, grad", momentum_ != 0.f ? ", momentum_buffer" : "",
-              "), got ", info.num_inputs, " and ", info.num_outputs);
+              ": SGD with momentum ", momentum_, " and gradients=", gradients_, " takes ", want_in, " inputs and ",
+              want_out, " outputs (lr, step, param, grad", momentum_ != 0.f ? ", momentum_buffer" : "",
+              gradients_ > 1 ? ", the other gradients" : "", "), got ", info.num_inputs, " and ", info.num_outputs);
   }
 
   void compute(KernelContext& ctx) override {
     const StepScalars sc = read_step(ctx, info_);
     const Tensor& param = ctx.in(2);
-    check_like(ctx, info_, 3, "grad");
     if (momentum_ != 0.f) check_like(ctx, info_, 4, "momentum_buffer");
-    OMT_DISPATCH_FLOAT(param.dtype(), unsupported_dtype(info_, param.dtype()), update<T>(ctx, sc));
+    OMT_DISPATCH_FLOAT(param.dtype(), unsupported_dtype(info_, param.dtype()),
+                       with_gradient_count(gradients_, [&](auto k) { update<T, decltype(k)::value>(ctx, sc); }));
   }
 
  private:
-  template <class T>
+  template <class T, int K>
   void update(KernelContext& ctx, const StepScalars& sc) {
     const int64_t n = ctx.in(2).numel();
-    const T* g = ctx.in(3).data<T>();
+    const GradSum<T, K> g = gradients<T, K>(ctx, info_, gradients_, momentum_ != 0.f ? 5 : 4);
     T* p = updated<T>(ctx, info_, 2, 0);
     const T lr = static_cast<T>(sc.lr), wd = static_cast<T>(weight_decay_);
     if (momentum_ == 0.f) {
@@ -113,10 +170,12 @@ class SgdKernel : public OpKernel {
   KernelInfo info_;
   float momentum_, dampening_, weight_decay_;
   bool nesterov_;
+  int gradients_;
 };
 
-// Adam(lr, step, param, grad, exp_avg, exp_avg_sq) -> param_new, exp_avg_new, exp_avg_sq_new;
-// decoupled=1 is AdamW.
+// Adam(lr, step, param, grad, exp_avg, exp_avg_sq[, grad_2 ... grad_K]) -> param_new,
+// exp_avg_new, exp_avg_sq_new; decoupled=1 is AdamW; K = the attribute gradients (Note
+// [Summed gradients]).
 class AdamKernel : public OpKernel {
  public:
   explicit AdamKernel(const KernelInfo& info)
@@ -125,26 +184,28 @@ class AdamKernel : public OpKernel {
         beta2_(info.attr().get_float("beta2", 0.999f)),
         eps_(info.attr().get_float("epsilon", 1e-8f)),
         weight_decay_(info.attr().get_float("weight_decay", 0.f)),
-        decoupled_(info.attr().get_int("decoupled", 0) != 0) {
-    OMT_CHECK(info.num_inputs == 6 && info.num_outputs == 3, kModel, info.where(),
-              ": Adam takes 6 inputs (lr, step, param, grad, exp_avg, exp_avg_sq) and 3 outputs, "
-              "got ", info.num_inputs, " and ", info.num_outputs);
+        decoupled_(info.attr().get_int("decoupled", 0) != 0),
+        gradients_(read_gradient_count(info)) {
+    OMT_CHECK(info.num_inputs == 5 + gradients_ && info.num_outputs == 3, kModel, info.where(),
+              ": Adam with gradients=", gradients_, " takes ", 5 + gradients_,
+              " inputs (lr, step, param, grad, exp_avg, exp_avg_sq", gradients_ > 1 ? ", the other gradients" : "",
+              ") and 3 outputs, got ", info.num_inputs, " and ", info.num_outputs);
   }
 
   void compute(KernelContext& ctx) override {
     const StepScalars sc = read_step(ctx, info_);
     const Tensor& param = ctx.in(2);
-    check_like(ctx, info_, 3, "grad");
     check_like(ctx, info_, 4, "exp_avg");
     check_like(ctx, info_, 5, "exp_avg_sq");
-    OMT_DISPATCH_FLOAT(param.dtype(), unsupported_dtype(info_, param.dtype()), update<T>(ctx, sc));
+    OMT_DISPATCH_FLOAT(param.dtype(), unsupported_dtype(info_, param.dtype()),
+                       with_gradient_count(gradients_, [&](auto k) { update<T, decltype(k)::value>(ctx, sc); }));
   }
 
  private:
-  template <class T>
+  template <class T, int K>
   void update(KernelContext& ctx, const StepScalars& sc) {
     const int64_t n = ctx.in(2).numel();
-    const T* g = ctx.in(3).data<T>();
+    const GradSum<T, K> g = gradients<T, K>(ctx, info_, gradients_, 6);
     T* p = updated<T>(ctx, info_, 2, 0);
     T* m = updated<T>(ctx, info_, 4, 1);
     T* v = updated<T>(ctx, info_, 5, 2);
@@ -172,6 +233,7 @@ class AdamKernel : public OpKernel {
   KernelInfo info_;
   float beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;
+  int gradients_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "runtime/data/dataset.h"
 
 #include <cstdlib>
+#include <cstring>
 
 #include "common/file_util.h"
 #include "runtime/data/idx.h"
@@ -122,6 +123,26 @@ Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Pr
               dtype_name(want), " but the data is ", features.describe(),
               "; convert the data to ", dtype_name(want));
     out = features.reshaped(target);
+  }
+  return out;
+}
+
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reuse) {
+  Shape shape = t.shape();
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out = reuse.defined() && reuse.sole_owner() && reuse.dtype() == t.dtype() && reuse.shape() == shape
+                   ? std::move(reuse)
+                   : Tensor::empty(t.dtype(), shape);
+  const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
+  char* dst = static_cast<char*>(out.raw());
+  const char* src = static_cast<const char*>(t.raw());
+  // Rows are scattered over the data set, so each is a trip to memory: ask for the row after
+  // next while copying this one, so that two are always on their way.
+  constexpr size_t kAhead = 2, kLine = 64;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + kAhead < rows.size())
+      for (size_t b = 0; b < row; b += kLine) __builtin_prefetch(src + rows[i + kAhead] * row + b);
+    std::memcpy(dst + i * row, src + rows[i] * row, row);
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/tensor.h"
 #include "graph/ir.h"
@@ -31,6 +32,11 @@ struct Preprocess {
   float mean = 0.0f;  // then (x - mean) / std
   float std = 1.0f;
 };
+
+// Rows `rows` of t ([N, ...]) as a new [rows.size(), ...] tensor. When `reuse` already has that
+// dtype and shape and nobody else holds it, the rows are written into it instead (no
+// allocation).
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reuse = Tensor());
 
 // Features converted to the dtype and layout of a model input: uint8 images are scaled to
 // [0,1] and normalised; the per-sample shape is reshaped to the input's (e.g. [N,28,28] ->

@@ -52,8 +52,10 @@ Data make_data(const ModelCase& c, int64_t n, uint64_t seed) {
 
 // Trains `steps` steps on the same global batches with `processes` x `replicas` and returns
 // the parameters of global replica 0.
+// With `deferred` each replica gathers its own input rows (Note [Gather on the replica] in
+// fit.cc).
 NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int replicas, int steps,
-                   bool fuse = true) {
+                   bool fuse = true, bool deferred = false) {
   auto model = std::make_shared<const Model>(load_onnx(test::source_path(c.path)));
   TrainingSpec spec;
   spec.loss = parse_loss_kind(c.loss);
@@ -88,6 +90,16 @@ NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int rep
         const int g = p * replicas + r;
         const int64_t b0 = batch * g / world, b1 = batch * (g + 1) / world;
         ReplicaBatch rb;
+        if (deferred) {
+          rb.deferred.input = "input";
+          rb.deferred.source = &d.x;
+          for (int64_t i = b0; i < b1; ++i) rb.deferred.rows.push_back(b1 - 1 - (i - b0));  // reversed
+          rb.labels = slice_rows(d.y, b0, b1);
+          for (int64_t i = 0; i < rb.labels.dim(0) / 2; ++i)
+            std::swap(rb.labels.data<int64_t>()[i], rb.labels.data<int64_t>()[rb.labels.dim(0) - 1 - i]);
+          shards.push_back(rb);
+          continue;
+        }
         rb.inputs.set("input", slice_rows(d.x, b0, b1));
         rb.labels = slice_rows(d.y, b0, b1);
         shards.push_back(rb);
@@ -152,6 +164,19 @@ TEST(Mirroring, FusedKernelsGiveTheUnfusedUpdate) {
   const NamedTensors without = train(cnn, OptimizerKind::kSgd, 1, 2, 4, /*fuse=*/false);
   for (const auto& name : without.names())
     EXPECT_TRUE(test::tensors_close(with.at(name), without.at(name), 1e-6, 1e-7)) << name;
+}
+
+// Replicas that gather their own rows (in another order within the shard) train as replicas
+// handed their shards: the shard is a set, and its gradient a sum over it.
+TEST(Mirroring, ReplicasGatheringTheirOwnRowsTrainTheSame) {
+  const ModelCase& mlp = kCases[0];
+  const NamedTensors handed = train(mlp, OptimizerKind::kSgd, 1, 2, 4);
+  const NamedTensors gathered = train(mlp, OptimizerKind::kSgd, 1, 2, 4, true, /*deferred=*/true);
+  for (const auto& name : handed.names())
+    EXPECT_TRUE(test::tensors_close(gathered.at(name), handed.at(name), 1e-6, 1e-7)) << name;
+  const NamedTensors one = train(mlp, OptimizerKind::kSgd, 1, 1, 4, true, /*deferred=*/true);
+  for (const auto& name : handed.names())
+    EXPECT_TRUE(test::tensors_close(one.at(name), handed.at(name), 1e-5, 1e-6)) << name;
 }
 
 TEST(Mirroring, DivergedReplicasAreNamed) {

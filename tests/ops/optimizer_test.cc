@@ -313,5 +313,69 @@ TEST(Optimizers, BadStepAndArityAreErrors) {
   }
 }
 
+// Note [Summed gradients]: gradients=K sums grad and K-1 trailing inputs, in input order, and
+// updates exactly as the same op fed the sum.
+void check_summed(const std::string& op, AttributeMap attrs, int states, int k) {
+  std::vector<std::vector<float>> parts(static_cast<size_t>(k));
+  std::vector<float> sum(kParam0.size());
+  for (int j = 0; j < k; ++j)
+    for (size_t i = 0; i < sum.size(); ++i) {
+      parts[static_cast<size_t>(j)].push_back(kGrads[static_cast<size_t>(j) % kGrads.size()][i] * (1.0f + 0.37f * j));
+      sum[i] = j == 0 ? parts[0][i] : sum[i] + parts[static_cast<size_t>(j)][i];
+    }
+  auto run = [&](bool summed) {
+    auto m = std::make_shared<Model>(*optimizer_model(op, attrs, states));
+    Node& n = m->graph.nodes[0];
+    if (summed) {
+      n.attrs.set("gradients", int64_t{k});
+      for (int j = 1; j < k; ++j) {
+        const std::string name = "grad" + std::to_string(j);
+        n.inputs.push_back(name);
+        m->graph.inputs.push_back(ValueInfo{name, DType::kUndefined, {}});
+      }
+    }
+    Session s(m);
+    NamedTensors feeds;
+    feeds.set("lr", Tensor::scalar<float>(0.1f));
+    feeds.set("step", Tensor::scalar<int64_t>(2));
+    feeds.set("param", vec(kParam0));
+    feeds.set("grad", vec(summed ? parts[0] : sum));
+    for (int j = 1; j < k && summed; ++j) feeds.set("grad" + std::to_string(j), vec(parts[static_cast<size_t>(j)]));
+    for (int j = 0; j < states; ++j) feeds.set("state" + std::to_string(j), vec({0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}));
+    NamedTensors out = s.run(feeds);
+    std::vector<Tensor> all = {out.at("param_new")};
+    for (int j = 0; j < states; ++j) all.push_back(out.at("state_new" + std::to_string(j)));
+    return all;
+  };
+  const std::vector<Tensor> fused = run(true), reference = run(false);
+  for (size_t j = 0; j < fused.size(); ++j)
+    EXPECT_TRUE(tensors_identical(fused[j], reference[j])) << op << " with gradients=" << k << ", output " << j;
+}
+
+TEST(Optimizers, SummedGradientsUpdateAsTheirSum) {
+  AttributeMap sgd;
+  sgd.set("momentum", 0.9f);
+  sgd.set("weight_decay", 0.01f);
+  for (int k : {2, 3, 5}) {
+    check_summed("SGD", sgd, 1, k);
+    check_summed("SGD", {}, 0, k);
+    check_summed("Adam", {}, 2, k);
+  }
+}
+
+TEST(Optimizers, SummedGradientsArityIsChecked) {
+  auto m = std::make_shared<Model>(*optimizer_model("SGD", {}, 0));
+  m->graph.nodes[0].attrs.set("gradients", int64_t{2});  // but no second gradient input
+  try {
+    Session s(m);
+    FAIL() << "expected an arity error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel);
+    EXPECT_NE(std::string(e.what()).find("gradients=2 takes 5 inputs"), std::string::npos) << e.what();
+  }
+  m->graph.nodes[0].attrs.set("gradients", int64_t{0});
+  EXPECT_THROW(Session{m}, Error);
+}
+
 }  // namespace
 }  // namespace omt::test
