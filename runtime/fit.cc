@@ -48,7 +48,7 @@ struct PreparedStep {
 
 class BatchPrefetcher {
  public:
-  BatchPrefetcher(const EpochSampler& sampler, const Tensor& x, const Tensor& y, std::string input,
+  BatchPrefetcher(const EpochSampler& sampler, const FeatureSource& x, const Tensor& y, std::string input,
                   int local_replicas, int first_global_replica, bool on_replicas)
       : sampler_(sampler), x_(x), y_(y), input_(std::move(input)), local_(local_replicas),
         first_(first_global_replica), on_replicas_(on_replicas),
@@ -94,7 +94,7 @@ class BatchPrefetcher {
       if (on_replicas_)
         p.shards[r].deferred = DeferredRows{input_, &x_, std::move(rows)};
       else
-        p.shards[r].inputs.set(input_, gather_rows(x_, rows));
+        p.shards[r].inputs.set(input_, x_.gather(rows));
     }
     return p;
   }
@@ -129,7 +129,7 @@ class BatchPrefetcher {
   }
 
   const EpochSampler& sampler_;
-  const Tensor& x_;
+  const FeatureSource& x_;
   const Tensor& y_;
   const std::string input_;
   const int local_, first_;
@@ -238,7 +238,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
             model->source_path, "' has ", model->graph.inputs.size());
   const ValueInfo& input = model->graph.inputs[0];
   OMT_CHECK(train.labels.defined(), kInvalidArgument, "'", train.source, "' has no labels");
-  const Tensor x = prepare_features(train.features, input, o.preprocess);
+  const FeatureSource x(train.features, input, o.preprocess);  // Note [Features converted per batch]
   const Tensor& y = train.labels;
   Tensor xv, yv;
   if (val) {
@@ -258,7 +258,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     for (const auto& n : trainer.plan().backward.graph.nodes) names.push_back(n.name);
     log << trainer.plan().buckets.explain(names);
   }
-  EpochSampler sampler(x.dim(0), o.global_batch, world, o.seed, o.shuffle);
+  EpochSampler sampler(x.size(), o.global_batch, world, o.seed, o.shuffle);
   const int64_t spe = sampler.steps_per_epoch();
   const int64_t total = o.max_steps > 0 ? o.max_steps : o.epochs * spe;
   const int64_t epochs = o.max_steps > 0 ? (o.max_steps + spe - 1) / spe : o.epochs;
@@ -415,7 +415,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   if (leader) {
     Predictor predictor(std::make_shared<const Model>(result.trained), trainer.local_replicas(), o.mirror.session);
-    result.final_eval = val ? evaluate(predictor, input.name, xv, yv) : evaluate(predictor, input.name, x, y);
+    result.final_eval = val ? evaluate(predictor, input.name, xv, yv) : evaluate(predictor, input.name, x.all(), y);
   }
   if (leader && o.compare_single && !result.interrupted) {
     MirrorOptions single = o.mirror;
@@ -424,13 +424,13 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     single.trace = false;
     single.threads_per_replica = std::max(1, o.mirror.threads_per_replica);
     MirroredTrainer one(model, o.spec, single);
-    EpochSampler s1(x.dim(0), o.global_batch, 1, o.seed, o.shuffle);
+    EpochSampler s1(x.size(), o.global_batch, 1, o.seed, o.shuffle);
     std::vector<double> r1;
     const int64_t n1 = std::min<int64_t>(std::max<int64_t>(spe, 1), 40);
     for (int64_t s = 0; s < n1; ++s) {
       const GlobalBatch gb = s1.batch(0, s);
       std::vector<ReplicaBatch> shard(1);
-      shard[0].inputs.set(input.name, gather_rows(x, gb.indices));
+      shard[0].inputs.set(input.name, x.gather(gb.indices));
       shard[0].labels = gather_rows(y, gb.indices);
       const MirroredStepResult res = one.step(shard, gb.size(), o.lr);
       r1.push_back(static_cast<double>(gb.size()) / (res.timing.step_ms / 1000.0));

@@ -16,7 +16,6 @@
 
 #include "collectives/factory.h"
 #include "common/file_util.h"
-#include "runtime/data/dataset.h"
 
 namespace omt {
 
@@ -383,7 +382,7 @@ struct MirroredTrainer::Impl {
       NamedTensors f;
       if (batch.deferred.source) {
         const double g0 = now_us();
-        rep.gathered = gather_rows(*batch.deferred.source, batch.deferred.rows, std::move(rep.gathered));
+        rep.gathered = batch.deferred.source->gather(batch.deferred.rows, std::move(rep.gathered));
         if (opt.trace) rep.events.push_back({"gather rows", "data", g0, now_us() - g0, r});
       }
       for (const auto& name : tg.data_inputs)

@@ -16,6 +16,7 @@
 
 #include "collectives/communicator.h"
 #include "graph/mirror.h"
+#include "runtime/data/dataset.h"
 #include "runtime/session.h"
 
 namespace omt {
@@ -53,8 +54,8 @@ struct MirrorOptions {
 // Rows of a data set that the replica gathers itself, on its own thread, at the start of its
 // step (Note [Gather on the replica] in fit.cc). `source` must outlive the step.
 struct DeferredRows {
-  std::string input;               // the model input they feed
-  const Tensor* source = nullptr;  // [N, ...]; null: nothing deferred
+  std::string input;                      // the model input they feed
+  const FeatureSource* source = nullptr;  // null: nothing deferred
   std::vector<int64_t> rows;
 };
 

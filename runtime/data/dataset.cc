@@ -75,64 +75,123 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name,
   return d;
 }
 
-Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Preprocess& pre) {
+namespace {
+
+// The shape prepare_features gives `features` for `input` (Note in dataset.h).
+Shape prepared_shape(const Tensor& features, const ValueInfo& input) {
   const int64_t n = features.dim(0);
   const int64_t per_sample = n ? features.numel() / n : 0;
   Shape target = {n};
-  if (input.shape) {
-    OMT_CHECK(!input.shape->empty(), kInvalidArgument, "model input '", input.name,
-              "' is a scalar; it cannot take a batch of samples");
-    int64_t known = 1;
-    int unknown = 0;
-    for (size_t d = 1; d < input.shape->size(); ++d) {
-      const Dim& dim = (*input.shape)[d];
-      target.push_back(dim.is_fixed() ? dim.value : -1);
-      if (dim.is_fixed()) known *= dim.value; else ++unknown;
-    }
-    if (unknown == 1 && known > 0 && per_sample % known == 0) {
-      for (auto& d : target)
-        if (d < 0) d = per_sample / known;
-    } else if (unknown == 0) {
-      OMT_CHECK(known == per_sample, kInvalidArgument, "model input '", input.name, "' expects ",
-                input.shape_str(), " (", known, " values per sample) but the data has samples of ",
-                shape_str(Shape(features.shape().begin() + 1, features.shape().end())), " (",
-                per_sample, " values). Use a model made for this data or reshape the data.");
-    } else {
-      target = features.shape();
-    }
-  } else {
-    target = features.shape();
+  if (!input.shape) return features.shape();
+  OMT_CHECK(!input.shape->empty(), kInvalidArgument, "model input '", input.name,
+            "' is a scalar; it cannot take a batch of samples");
+  int64_t known = 1;
+  int unknown = 0;
+  for (size_t d = 1; d < input.shape->size(); ++d) {
+    const Dim& dim = (*input.shape)[d];
+    target.push_back(dim.is_fixed() ? dim.value : -1);
+    if (dim.is_fixed()) known *= dim.value; else ++unknown;
   }
-  const DType want = input.dtype == DType::kUndefined ? DType::kFloat32 : input.dtype;
-  Tensor out = Tensor::empty(want, target);
-  const int64_t total = features.numel();
-  if (want == DType::kFloat32) {
-    float* dst = out.data<float>();
-    const bool integer_pixels = dtype_is_integer(features.dtype());
-    const float scale = pre.scale && integer_pixels ? 1.0f / 255.0f : 1.0f;
-    const float inv_std = 1.0f / pre.std;
-    if (features.dtype() == DType::kUInt8) {
-      const uint8_t* src = features.data<uint8_t>();
-      for (int64_t i = 0; i < total; ++i) dst[i] = (src[i] * scale - pre.mean) * inv_std;
-    } else {
-      for (int64_t i = 0; i < total; ++i)
-        dst[i] = (static_cast<float>(features.value_as_double(i)) * scale - pre.mean) * inv_std;
-    }
-  } else {
+  if (unknown == 1 && known > 0 && per_sample % known == 0) {
+    for (auto& d : target)
+      if (d < 0) d = per_sample / known;
+    return target;
+  }
+  if (unknown != 0) return features.shape();
+  OMT_CHECK(known == per_sample, kInvalidArgument, "model input '", input.name, "' expects ",
+            input.shape_str(), " (", known, " values per sample) but the data has samples of ",
+            shape_str(Shape(features.shape().begin() + 1, features.shape().end())), " (",
+            per_sample, " values). Use a model made for this data or reshape the data.");
+  return target;
+}
+
+DType prepared_dtype(const ValueInfo& input) {
+  return input.dtype == DType::kUndefined ? DType::kFloat32 : input.dtype;
+}
+
+// Converts n stored values to float32 model input: (x * scale - mean) / std.
+struct Converter {
+  float scale, mean, inv_std;
+  Converter(const Tensor& features, const Preprocess& pre)
+      : scale(pre.scale && dtype_is_integer(features.dtype()) ? 1.0f / 255.0f : 1.0f),
+        mean(pre.mean),
+        inv_std(1.0f / pre.std) {}
+  void operator()(const uint8_t* src, float* dst, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i) dst[i] = (src[i] * scale - mean) * inv_std;
+  }
+};
+
+// Reuses `reuse` for a result of dtype and shape when nobody else holds it.
+Tensor output_like(DType dtype, const Shape& shape, Tensor reuse) {
+  if (reuse.defined() && reuse.sole_owner() && reuse.dtype() == dtype && reuse.shape() == shape) return reuse;
+  return Tensor::empty(dtype, shape);
+}
+
+}  // namespace
+
+Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Preprocess& pre) {
+  const Shape target = prepared_shape(features, input);
+  const DType want = prepared_dtype(input);
+  if (want != DType::kFloat32) {
     OMT_CHECK(features.dtype() == want, kInvalidArgument, "model input '", input.name, "' is ",
               dtype_name(want), " but the data is ", features.describe(),
               "; convert the data to ", dtype_name(want));
-    out = features.reshaped(target);
+    return features.reshaped(target);
+  }
+  Tensor out = Tensor::empty(want, target);
+  const int64_t total = features.numel();
+  float* dst = out.data<float>();
+  const Converter convert(features, pre);
+  if (features.dtype() == DType::kUInt8) {
+    convert(features.data<uint8_t>(), dst, total);
+  } else {
+    for (int64_t i = 0; i < total; ++i)
+      dst[i] = (static_cast<float>(features.value_as_double(i)) * convert.scale - convert.mean) * convert.inv_std;
   }
   return out;
+}
+
+FeatureSource::FeatureSource(const Tensor& features, const ValueInfo& input, const Preprocess& pre)
+    : pre_(pre) {
+  if (features.dtype() == DType::kUInt8 && prepared_dtype(input) == DType::kFloat32) {
+    stored_ = features;
+    shape_ = prepared_shape(features, input);
+    convert_ = true;
+  } else {
+    stored_ = prepare_features(features, input, pre);
+    shape_ = stored_.shape();
+  }
+}
+
+Tensor FeatureSource::gather(const std::vector<int64_t>& rows, Tensor reuse) const {
+  if (!convert_) return gather_rows(stored_, rows, std::move(reuse));
+  Shape shape = shape_;
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out = output_like(DType::kFloat32, shape, std::move(reuse));
+  const int64_t row = size() ? stored_.numel() / size() : 0;
+  const uint8_t* src = stored_.data<uint8_t>();
+  float* dst = out.data<float>();
+  const Converter convert(stored_, pre_);
+  constexpr size_t kAhead = 2, kLine = 64;  // as gather_rows
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + kAhead < rows.size())
+      for (int64_t b = 0; b < row; b += kLine) __builtin_prefetch(src + rows[i + kAhead] * row + b);
+    convert(src + rows[i] * row, dst + static_cast<int64_t>(i) * row, row);
+  }
+  return out;
+}
+
+Tensor FeatureSource::all() const {
+  if (!convert_) return stored_;
+  std::vector<int64_t> rows(static_cast<size_t>(size()));
+  for (int64_t i = 0; i < size(); ++i) rows[static_cast<size_t>(i)] = i;
+  return gather(rows);
 }
 
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reuse) {
   Shape shape = t.shape();
   shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = reuse.defined() && reuse.sole_owner() && reuse.dtype() == t.dtype() && reuse.shape() == shape
-                   ? std::move(reuse)
-                   : Tensor::empty(t.dtype(), shape);
+  Tensor out = output_like(t.dtype(), shape, std::move(reuse));
   const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
   char* dst = static_cast<char*>(out.raw());
   const char* src = static_cast<const char*>(t.raw());

@@ -33,6 +33,26 @@ struct Preprocess {
   float std = 1.0f;
 };
 
+// Note [Features converted per batch]: the training features as fit reads them. uint8 images
+// stay uint8 in memory, a quarter of their float32 size, and the rows of a batch are converted
+// (with the same arithmetic as prepare_features, so to the same values) as they are gathered;
+// other data is prepared once.
+class FeatureSource {
+ public:
+  FeatureSource(const Tensor& features, const ValueInfo& input, const Preprocess& pre);
+  int64_t size() const { return stored_.defined() ? stored_.dim(0) : 0; }
+  // prepare_features(features)[rows], written into `reuse` when it fits and nobody else holds it.
+  Tensor gather(const std::vector<int64_t>& rows, Tensor reuse = Tensor()) const;
+  // Every row, prepared.
+  Tensor all() const;
+
+ private:
+  Tensor stored_;  // uint8 as stored when convert_, else prepared
+  Shape shape_;    // prepared shape of all rows
+  Preprocess pre_;
+  bool convert_ = false;
+};
+
 // Rows `rows` of t ([N, ...]) as a new [rows.size(), ...] tensor. When `reuse` already has that
 // dtype and shape and nobody else holds it, the rows are written into it instead (no
 // allocation).

@@ -85,6 +85,7 @@ NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int rep
     MirroredTrainer trainer(model, spec, mo);
     for (int s = 0; s < steps; ++s) {
       const Data d = make_data(c, batch, static_cast<uint64_t>(s) + 1);
+      const FeatureSource source(d.x, ValueInfo{"input", DType::kFloat32, std::nullopt}, Preprocess{});
       std::vector<ReplicaBatch> shards;
       for (int r = 0; r < replicas; ++r) {
         const int g = p * replicas + r;
@@ -92,7 +93,7 @@ NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int rep
         ReplicaBatch rb;
         if (deferred) {
           rb.deferred.input = "input";
-          rb.deferred.source = &d.x;
+          rb.deferred.source = &source;
           for (int64_t i = b0; i < b1; ++i) rb.deferred.rows.push_back(b1 - 1 - (i - b0));  // reversed
           rb.labels = slice_rows(d.y, b0, b1);
           for (int64_t i = 0; i < rb.labels.dim(0) / 2; ++i)

@@ -85,5 +85,45 @@ TEST(Dataset, PreparesImagesForTheModelLayout) {
   }
 }
 
+// Note [Features converted per batch]: rows gathered from uint8 images are the rows of
+// prepare_features, bit for bit, in the model's layout; a reused buffer is written in place
+// unless somebody else holds it; other dtypes are prepared once and gathered.
+TEST(Dataset, FeatureSourceGathersPreparedRows) {
+  std::vector<uint8_t> pixels(5 * 784);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 37 + i / 784) % 256);
+  const Tensor raw = Tensor::from_vector<uint8_t>(pixels, {5, 28, 28});
+  ValueInfo nchw{"input", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{1, ""}, Dim{28, ""}, Dim{28, ""}}};
+  const Preprocess pre{true, 0.2860f, 0.3530f};
+  const Tensor prepared = prepare_features(raw, nchw, pre);
+  const FeatureSource source(raw, nchw, pre);
+  EXPECT_EQ(source.size(), 5);
+  const std::vector<int64_t> rows = {4, 0, 2, 2};
+  Tensor got = source.gather(rows);
+  ASSERT_EQ(got.shape(), (Shape{4, 1, 28, 28}));
+  for (size_t k = 0; k < rows.size(); ++k)
+    for (int64_t j = 0; j < 784; ++j)
+      ASSERT_EQ(got.data<float>()[static_cast<int64_t>(k) * 784 + j], prepared.data<float>()[rows[k] * 784 + j])
+          << "row " << k << ", value " << j;
+  EXPECT_TRUE(test::tensors_identical(source.all(), prepared));
+
+  const float* buffer = got.data<float>();
+  Tensor again = source.gather({1, 3, 0, 4}, std::move(got));
+  EXPECT_EQ(again.data<float>(), buffer) << "a buffer nobody else holds is reused";
+  const Tensor held = again;
+  const Tensor fresh = source.gather({1, 3, 0, 4}, again);
+  EXPECT_NE(fresh.data<float>(), held.data<float>()) << "a buffer somebody holds is not overwritten";
+  EXPECT_TRUE(test::tensors_identical(fresh, held));
+
+  const Tensor floats = Tensor::from_vector<float>({0.5f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11.5f}, {3, 4});
+  const FeatureSource plain(floats, ValueInfo{"input", DType::kFloat32, std::nullopt}, Preprocess{});
+  const Tensor two = plain.gather({2, 0});
+  for (int64_t j = 0; j < 4; ++j) {
+    EXPECT_EQ(two.data<float>()[j], floats.data<float>()[8 + j]);
+    EXPECT_EQ(two.data<float>()[4 + j], floats.data<float>()[j]);
+  }
+  ValueInfo wrong{"input", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{3, ""}, Dim{32, ""}, Dim{32, ""}}};
+  EXPECT_THROW(FeatureSource(raw, wrong, pre), Error);
+}
+
 }  // namespace
 }  // namespace omt
