@@ -33,13 +33,14 @@ using Clock = std::chrono::steady_clock;
 // them down. It prepares one step ahead, in the order EpochSampler::next gives; a request for
 // another position (never, in fit's loop) is gathered on the caller's thread.
 //
-// Note [Gather on the replica]: when the replicas take every core (--replicas 2 on two cores)
-// no core is idle while a step runs, so the loader got one only at the step's end and the
-// driver waited for it (100-170 us of a 1.6 ms MLP step, measured). Then there is no loader
-// thread: the driver draws the step's rows and labels, and each replica copies its own rows
-// of the features at the start of its step, on its own core, in parallel with the others and
-// into a buffer it reuses (ReplicaBatch::deferred). The rows are in that core's cache when the
-// first layer reads them.
+// Note [Gather on the replica]: when the replicas take every core (--replicas 2 on two
+// cores) and never wait for another process, no core is idle while a step runs, so the loader
+// got one only at the step's end and the driver waited for it (100-170 us of a 1.6 ms MLP
+// step, measured). Then there is no loader thread: the driver draws the step's rows and
+// labels, and each replica gathers its own rows of the features at the start of its step, on
+// its own core, in parallel with the others and into a buffer it reuses
+// (ReplicaBatch::deferred). With several processes the replicas do wait (for the all-reduce
+// over Gloo), and the loader thread runs in those waits.
 struct PreparedStep {
   SamplerPosition pos{-1, -1};
   int64_t global_samples = 0;

@@ -94,8 +94,9 @@ class MirroredTrainer {
   int local_replicas() const;
   int world_size() const;       // processes x local replicas
   int first_global_replica() const;  // global index of local replica 0
-  // Whether the replicas of this host's processes (MirrorOptions::local_processes) take every
-  // core, leaving none idle to prepare batches ahead. Always false on GPUs.
+  // Whether the replicas keep every core busy, leaving none idle to prepare batches ahead:
+  // the replicas of this host's processes (MirrorOptions::local_processes) take every core and
+  // none of them waits on another process (there is one process). False on GPUs.
   bool replicas_fill_cores() const;
 
   // One synchronous training step. `local[r]` is local replica r's shard; `global_samples`
