@@ -178,7 +178,6 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
       t.rank = rc.rank;
       t.processes = rc.world_size;
       t.mirror.local_process = rc.local_rank;  // its cores, and on GPUs its GPUs
-      t.mirror.local_processes = rc.local_size;
       if (rc.world_size > 1) t.mirror.comm = omt::make_communicator(options.collectives, rc);
     }
 

@@ -750,7 +750,7 @@ bool MirroredTrainer::replicas_fill_cores() const {
   const MirrorOptions& o = impl_->opt;
   if (impl_->on_device || (o.comm && o.comm->size() > 1)) return false;  // replicas wait on the GPU or peers
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, o.local_processes) * impl_->R * std::max(1, o.threads_per_replica) >= cores;
+  return impl_->R * std::max(1, o.threads_per_replica) >= cores;
 }
 
 int MirroredTrainer::first_global_replica() const {

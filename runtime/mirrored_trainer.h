@@ -35,9 +35,6 @@ struct MirrorOptions {
   // with several processes, replica r runs on GPU (local_process * replicas + r) mod the
   // visible devices (Note [Replicas on GPUs] in mirrored_trainer.cc).
   int local_process = 0;
-  // Processes of this job on this host (--nproc). With replicas and threads_per_replica it
-  // says whether replicas take every core (replicas_fill_cores).
-  int local_processes = 1;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
@@ -95,8 +92,7 @@ class MirroredTrainer {
   int world_size() const;       // processes x local replicas
   int first_global_replica() const;  // global index of local replica 0
   // Whether the replicas keep every core busy, leaving none idle to prepare batches ahead:
-  // the replicas of this host's processes (MirrorOptions::local_processes) take every core and
-  // none of them waits on another process (there is one process). False on GPUs.
+  // there is one process and its replicas take every core. False on GPUs.
   bool replicas_fill_cores() const;
 
   // One synchronous training step. `local[r]` is local replica r's shard; `global_samples`

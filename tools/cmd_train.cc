@@ -188,7 +188,6 @@ std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store
   *store_dir = tmpl;
   const std::string run_id = std::to_string(getpid());
   setenv("OMT_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-  setenv("OMT_LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
   setenv("OMT_STORE", (std::string("file:") + tmpl).c_str(), 1);
   setenv("OMT_RUN_ID", run_id.c_str(), 1);
   std::vector<pid_t> children;

@@ -42,13 +42,11 @@ RendezvousConfig rendezvous_from_env(const Getenv& getenv) {
     const char* rank;
     const char* size;
     const char* local_rank;
-    const char* local_size;
   };
   static const Launcher kLaunchers[] = {
-      {"OMT_*", "OMT_RANK", "OMT_WORLD_SIZE", "OMT_LOCAL_RANK", "OMT_LOCAL_WORLD_SIZE"},
-      {"OpenMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-       "OMPI_COMM_WORLD_LOCAL_SIZE"},
-      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+      {"OMT_*", "OMT_RANK", "OMT_WORLD_SIZE", "OMT_LOCAL_RANK"},
+      {"OpenMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
   };
   for (const Launcher& l : kLaunchers) {
     const char* rank = lookup(getenv, l.rank);
@@ -70,19 +68,6 @@ RendezvousConfig rendezvous_from_env(const Getenv& getenv) {
       local_name = l.local_rank;
     }
     if (local != nullptr) config.local_rank = parse_int(local_name, local, 0);
-    const char* local_size = lookup(getenv, "OMT_LOCAL_WORLD_SIZE");
-    const char* local_size_name = "OMT_LOCAL_WORLD_SIZE";
-    if (local_size == nullptr) {
-      local_size = lookup(getenv, l.local_size);
-      local_size_name = l.local_size;
-    }
-    if (local_size != nullptr) {
-      config.local_size = parse_int(local_size_name, local_size, 1);
-      OMT_CHECK(config.local_rank < config.local_size, kInvalidArgument, local_name, "=", config.local_rank,
-                " is not below ", local_size_name, "=", config.local_size, ".");
-    } else {
-      config.local_size = config.local_rank + 1;  // at least this many
-    }
     break;
   }
 

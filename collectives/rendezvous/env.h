@@ -17,8 +17,6 @@ struct RendezvousConfig {
   int world_size = 1;
   // Rank among the processes on this host; picks the GPU for NCCL.
   int local_rank = 0;
-  // Processes on this host; with the replicas per process, whether any core is left idle.
-  int local_size = 1;
   // Where ranks meet: "file:/dir" or "redis://host:port". Ignored when `store` is set.
   std::string store_url;
   // A store shared by ranks that are threads of one process (make_in_process_store()).
@@ -41,8 +39,6 @@ struct RendezvousConfig {
 //   rank, world size:  OMT_RANK, OMT_WORLD_SIZE  |  OMPI_COMM_WORLD_RANK,
 //                      OMPI_COMM_WORLD_SIZE  |  SLURM_PROCID, SLURM_NTASKS  | 0, 1
 //   local rank:        OMT_LOCAL_RANK | OMPI_COMM_WORLD_LOCAL_RANK | SLURM_LOCALID | 0
-//   local size:        OMT_LOCAL_WORLD_SIZE | OMPI_COMM_WORLD_LOCAL_SIZE |
-//                      SLURM_NTASKS_PER_NODE | 1
 //   store:             OMT_STORE=file:/dir | redis://host:port (required when world > 1)
 //   key prefix:        "omt/" + (OMT_RUN_ID | SLURM_JOB_ID | OMPI_MCA_orte_ess_jobid |
 //                      "job")

@@ -50,7 +50,6 @@ TEST(RendezvousEnv, ProjectVariables) {
   EXPECT_EQ(c.rank, 3);
   EXPECT_EQ(c.world_size, 8);
   EXPECT_EQ(c.local_rank, 1);
-  EXPECT_EQ(c.local_size, 2);  // unset: at least local rank + 1
   EXPECT_EQ(c.store_url, "file:/tmp/x");
   EXPECT_EQ(c.timeout, 2500ms);
   EXPECT_EQ(c.bind_address, "10.0.0.7");
@@ -60,12 +59,11 @@ TEST(RendezvousEnv, ProjectVariables) {
 
 TEST(RendezvousEnv, OpenMpiVariables) {
   RendezvousConfig c = from({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "6"},
-                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                              {"OMT_STORE", "redis://head:6379"}});
   EXPECT_EQ(c.rank, 5);
   EXPECT_EQ(c.world_size, 6);
   EXPECT_EQ(c.local_rank, 1);
-  EXPECT_EQ(c.local_size, 3);
   EXPECT_EQ(c.source, "OpenMPI");
 }
 
@@ -98,13 +96,6 @@ TEST(RendezvousEnv, ErrorsNameTheVariableAndTheFix) {
                 .find("not below"),
             std::string::npos);
   EXPECT_NE(error_of({{"OMT_RANK", "0"}}).find("must be set together"), std::string::npos);
-  EXPECT_NE(error_of({{"OMT_RANK", "1"}, {"OMT_WORLD_SIZE", "4"}, {"OMT_STORE", "file:/a"}, {"OMT_LOCAL_RANK", "2"},
-                      {"OMT_LOCAL_WORLD_SIZE", "2"}})
-                .find("OMT_LOCAL_RANK=2 is not below OMT_LOCAL_WORLD_SIZE=2"),
-            std::string::npos);
-  EXPECT_NE(error_of({{"OMT_RANK", "1"}, {"OMT_WORLD_SIZE", "4"}, {"OMT_STORE", "file:/a"}, {"OMT_LOCAL_WORLD_SIZE", "0"}})
-                .find("OMT_LOCAL_WORLD_SIZE='0'"),
-            std::string::npos);
   EXPECT_NE(error_of({{"OMT_TIMEOUT_S", "-1"}}).find("OMT_TIMEOUT_S"), std::string::npos);
 }
 
