@@ -61,8 +61,9 @@ struct Model::Impl {
   // The caller holds `mu` for all of these.
   omt::NamedTensors predict_locked(const omt::NamedTensors& inputs, int replicas, int threads_per_replica);
   // threads_per_replica 0: the threads of the current plan.
+  // loss: for float targets, what EvalResult::loss reports ("" = mse).
   EvalResult evaluate_locked(const omt::Tensor& features, const omt::Tensor& labels, int replicas,
-                             int64_t chunk, int threads_per_replica = 0);
+                             int64_t chunk, int threads_per_replica = 0, const std::string& loss = "");
   void set_live(const std::vector<std::string>& names);
 };
 

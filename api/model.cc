@@ -159,24 +159,41 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   return out;
 }
 
-EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::Tensor& labels, int replicas,
-                                        int64_t chunk, int threads_per_replica) {
-  OMT_CHECK(features.defined() && features.rank() >= 1 && labels.defined() && labels.rank() == 1 &&
-                labels.dtype() == omt::DType::kInt64 && labels.dim(0) == features.dim(0),
-            kInvalidArgument, "evaluate needs features [N, ...] and int64 labels [N]; got ",
-            features.defined() ? features.describe() : "nothing", " and ", labels.defined() ? labels.describe() : "nothing");
+EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::Tensor& given, int replicas,
+                                        int64_t chunk, int threads_per_replica, const std::string& loss) {
+  const bool float_targets = given.defined() && omt::dtype_is_float(given.dtype());
+  omt::LossKind kind = loss.empty() ? omt::LossKind::kModel : omt::parse_loss_kind(loss);
+  if (kind == omt::LossKind::kModel) kind = float_targets ? omt::LossKind::kMse : omt::LossKind::kSoftmaxCrossEntropy;
+  const bool regression = !omt::loss_takes_class_labels(kind);  // integer targets are converted
+  OMT_CHECK(!float_targets || regression, kInvalidArgument, "evaluate got float targets (", given.describe(),
+            ") and loss '", loss, "', which takes integer class labels; pass mse, l1 or bce_with_logits");
+  OMT_CHECK(features.defined() && features.rank() >= 1 && given.defined() && given.rank() >= 1 &&
+                given.dim(0) == features.dim(0) &&
+                (regression || (given.rank() == 1 && given.dtype() == omt::DType::kInt64)),
+            kInvalidArgument, "evaluate needs features [N, ...] and int64 class labels [N] or float targets [N, ...]; got ",
+            features.defined() ? features.describe() : "nothing", " and ", given.defined() ? given.describe() : "nothing");
   OMT_CHECK(chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", chunk);
+  omt::EvalTarget target;
+  target.loss = kind;
+  const omt::ValueInfo& output = model->graph.outputs.at(0);
+  const omt::Tensor labels =
+      regression ? omt::prepare_targets(given, output, output.dtype == omt::DType::kUndefined ? omt::DType::kFloat32 : output.dtype,
+                                        "the targets")
+                 : given;
   const std::string input = model->graph.inputs.at(0).name;
   const int run_threads = threads_per_replica > 0 ? threads_per_replica : std::max(threads, 1);
   // omt::evaluate (runtime/fit.cc), so that `eval` reproduces fit's numbers.
   const omt::EvalResult ev = omt::evaluate(
       [&](const omt::NamedTensors& feeds) { return predict_locked(feeds, replicas, run_threads); }, input, features,
-      labels, chunk);
+      labels, chunk, target);
   const omt::ConfusionMatrix& confusion = ev.confusion;
   EvalResult result;
   result.samples = ev.samples;
   result.loss = ev.loss;
   result.accuracy = ev.accuracy;
+  result.regression = ev.regression;
+  result.mse = ev.mse;
+  result.mae = ev.mae;
   result.confusion = ConfusionMatrix(confusion.num_classes());
   for (int64_t t = 0; t < confusion.num_classes(); ++t)
     for (int64_t c = 0; c < confusion.num_classes(); ++c)
@@ -233,10 +250,11 @@ Tensor Model::predict(const Tensor& input, int replicas, int threads_per_replica
 }
 
 EvalResult Model::evaluate(const Tensor& features, const Tensor& labels, int replicas, int64_t chunk,
-                           int threads_per_replica) {
+                           int threads_per_replica, const std::string& loss) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    return impl_->evaluate_locked(to_internal(features), to_internal(labels), replicas, chunk, threads_per_replica);
+    return impl_->evaluate_locked(to_internal(features), to_internal(labels), replicas, chunk, threads_per_replica,
+                                  loss);
   });
 }
 

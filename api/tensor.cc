@@ -118,7 +118,12 @@ Dataset Dataset::slice(int64_t begin, int64_t end) const {
   d.features = features.slice_rows(begin, end);
   if (labels.defined()) d.labels = labels.slice_rows(begin, end);
   d.source = source;
+  d.label_name = label_name;
   return d;
+}
+
+bool Dataset::has_float_targets() const {
+  return labels.defined() && (labels.dtype() == DType::kFloat32 || labels.dtype() == DType::kFloat64);
 }
 
 Dataset load_dataset(const std::string& spec, const std::string& labels_name, const std::string& features_name) {
@@ -126,8 +131,16 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name, co
     const omt::Dataset in = omt::load_dataset(spec, labels_name, features_name);
     Dataset d;
     d.features = detail::to_public(in.features);
-    d.labels = detail::to_public(in.labels);
+    omt::Tensor labels = in.labels;
+    if (labels.dtype() == omt::DType::kFloat16 || labels.dtype() == omt::DType::kBFloat16) {
+      // Half-precision targets as float32: the API's tensors have no 16-bit floats.
+      labels = omt::Tensor::empty(omt::DType::kFloat32, in.labels.shape());
+      for (int64_t i = 0; i < labels.numel(); ++i)
+        labels.data<float>()[i] = static_cast<float>(in.labels.value_as_double(i));
+    }
+    d.labels = detail::to_public(labels);
     d.source = in.source;
+    d.label_name = in.label_name;
     return d;
   });
 }

@@ -277,6 +277,7 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
       out.feature_name = input;
       out.features = to_internal(d.features);
       out.labels = to_internal(d.labels);
+      out.label_name = d.label_name;
       return out;
     };
     const omt::Dataset tr = convert(train);
@@ -308,6 +309,8 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
       er.train_accuracy = e.train_accuracy;
       er.val_loss = e.val_loss;
       er.val_accuracy = e.val_accuracy;
+      er.train_mae = e.train_mae;
+      er.val_mae = e.val_mae;
       er.samples_per_s = e.samples_per_s;
       er.lr = e.lr;
       report.epochs.push_back(er);
@@ -315,6 +318,9 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     report.final_eval.loss = r.final_eval.loss;
     report.final_eval.accuracy = r.final_eval.accuracy;
     report.final_eval.samples = r.final_eval.samples;
+    report.final_eval.regression = r.final_eval.regression;
+    report.final_eval.mse = r.final_eval.mse;
+    report.final_eval.mae = r.final_eval.mae;
     report.samples_per_s = r.samples_per_s;
     report.steps_done = r.steps_done;
     report.interrupted = r.interrupted;
@@ -351,7 +357,10 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
 EvalResult Trainer::evaluate(const Tensor& features, const Tensor& labels, int64_t chunk) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
-    return impl_->model->evaluate_locked(to_internal(features), to_internal(labels), impl_->local_replicas(), chunk);
+    const omt::LossKind loss = impl_->spec.loss;  // float targets: report this trainer's loss
+    const bool regression = loss != omt::LossKind::kModel && !omt::loss_takes_class_labels(loss);
+    return impl_->model->evaluate_locked(to_internal(features), to_internal(labels), impl_->local_replicas(), chunk, 0,
+                                         regression ? omt::loss_kind_name(loss) : "");
   });
 }
 

@@ -1,5 +1,6 @@
 #include "graph/training.h"
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
@@ -16,14 +17,21 @@ ValueInfo tensor_info(const std::string& name, const Tensor& t) {
   return v;
 }
 
-LossKind parse_loss_kind(const std::string& name) {
+LossKind parse_loss_kind(const std::string& given) {
+  std::string name = given;  // "cross-entropy" and "cross_entropy" are one name
+  std::replace(name.begin(), name.end(), '-', '_');
   if (name == "softmax_cross_entropy" || name == "cross_entropy") return LossKind::kSoftmaxCrossEntropy;
   if (name == "nll") return LossKind::kNll;
   if (name == "mse") return LossKind::kMse;
-  if (name == "bce_with_logits") return LossKind::kBceWithLogits;
+  if (name == "l1" || name == "mae") return LossKind::kL1;
+  if (name == "bce_with_logits" || name == "bce_logits") return LossKind::kBceWithLogits;
   if (name == "model") return LossKind::kModel;
-  OMT_FAIL(kInvalidArgument, "unknown loss '", name,
-           "'; choose softmax_cross_entropy, nll, mse, bce_with_logits or model");
+  OMT_FAIL(kInvalidArgument, "unknown loss '", given,
+           "'; choose softmax_cross_entropy (cross-entropy), nll, mse, l1, bce_with_logits or model");
+}
+
+bool loss_takes_class_labels(LossKind kind) {
+  return kind == LossKind::kSoftmaxCrossEntropy || kind == LossKind::kNll;
 }
 
 const char* loss_kind_name(LossKind kind) {
@@ -31,6 +39,7 @@ const char* loss_kind_name(LossKind kind) {
     case LossKind::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
     case LossKind::kNll: return "nll";
     case LossKind::kMse: return "mse";
+    case LossKind::kL1: return "l1";
     case LossKind::kBceWithLogits: return "bce_with_logits";
     case LossKind::kModel: return "model";
   }
@@ -213,7 +222,7 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
     tg.labels = spec.labels;
     ValueInfo labels;
     labels.name = spec.labels;
-    const bool class_labels = spec.loss == LossKind::kSoftmaxCrossEntropy || spec.loss == LossKind::kNll;
+    const bool class_labels = loss_takes_class_labels(spec.loss);
     labels.dtype = class_labels ? DType::kInt64 : out_copy.dtype;
     if (out_copy.shape) {
       std::vector<Dim> dims = *out_copy.shape;
@@ -242,6 +251,15 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
       add(make_node(names, "Sub", "omt/loss/Sub", {out, spec.labels}, {diff}));
       add(make_node(names, "Mul", "omt/loss/Mul", {diff, diff}, {sq}));
       Node mean = make_node(names, "ReduceMean", "omt/loss/ReduceMean", {sq}, {tg.loss});
+      mean.attrs.set("keepdims", int64_t{0});
+      add(mean);
+      break;
+    }
+    case LossKind::kL1: {  // torch.nn.L1Loss: mean |output - target| (Abs'(0) = 0)
+      const std::string diff = names.fresh("omt/loss/diff"), abs = names.fresh("omt/loss/abs");
+      add(make_node(names, "Sub", "omt/loss/Sub", {out, spec.labels}, {diff}));
+      add(make_node(names, "Abs", "omt/loss/Abs", {diff}, {abs}));
+      Node mean = make_node(names, "ReduceMean", "omt/loss/ReduceMean", {abs}, {tg.loss});
       mean.attrs.set("keepdims", int64_t{0});
       add(mean);
       break;

@@ -12,9 +12,16 @@
 
 namespace omt {
 
-enum class LossKind { kSoftmaxCrossEntropy, kNll, kMse, kBceWithLogits, kModel };
-LossKind parse_loss_kind(const std::string& name);  // kInvalidArgument listing the choices
+// Losses attached to the model's output: class-label losses (softmax cross-entropy, NLL) read
+// int64 labels [N]; the others (mse, l1 = mean absolute error, bce_with_logits) read float
+// targets shaped like the output and average over every element, as torch.nn's losses with
+// reduction "mean"; kModel takes the model's own scalar output.
+enum class LossKind { kSoftmaxCrossEntropy, kNll, kMse, kL1, kBceWithLogits, kModel };
+// Also "cross-entropy"/"cross_entropy", "mae" for l1, hyphens for underscores.
+// kInvalidArgument listing the choices.
+LossKind parse_loss_kind(const std::string& name);
 const char* loss_kind_name(LossKind kind);
+bool loss_takes_class_labels(LossKind kind);  // softmax cross-entropy and NLL
 
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 OptimizerKind parse_optimizer_kind(const std::string& name);

@@ -6,6 +6,10 @@ The C++ build and tests never run Python; the outputs of this script are committ
 Models (input 'input' float32[batch,1,28,28], output 'logits' float32[batch,10]):
   mlp.onnx  784-512-256-10 ReLU MLP
   cnn.onnx  conv 1->32 3x3, relu, maxpool 2, conv 32->64 3x3, relu, maxpool 2, fc 128, fc 10
+and, for the GPU benchmark (tools/gpu-check.sh), a regression model:
+  transformer_d256.onnx  one nn.TransformerEncoderLayer (d_model 256, 8 heads, feed-forward
+                         1024, no dropout, batch first): input float32[batch,64,256] ->
+                         output float32[batch,64,256], trained with mse (3.2 MB)
 """
 import gzip
 import os
@@ -117,6 +121,24 @@ def write_test_models(test_dir):
               os.path.join(test_dir, "no_gradient_ops.onnx"))
 
 
+def write_transformer(path):
+    """The encoder layer of gpu-check.sh's PyTorch row, exported as the tests' reference
+    Transformer is (tests/reference/make_reference.py): eval mode, no constant folding."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0,
+                                       batch_first=True)
+    # torch's exporter merges initializers with equal values (LayerNorm's ones and zeros
+    # would become one tensor shared by both norms): perturb them apart.
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    layer.eval()
+    torch.onnx.export(layer, (torch.zeros(2, 64, 256),), path, input_names=["input"],
+                      output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                      opset_version=OPSET, do_constant_folding=False)
+    print("wrote", path)
+
+
 def main():
     images = test_images(64)
     for name, cls in (("mlp", MLP), ("cnn", CNN)):
@@ -129,6 +151,7 @@ def main():
         np.savez(os.path.join(HERE, "reference", name + "_predict.npz"), input=images, logits=logits)
         print("wrote", path)
     write_test_models(os.path.join(HERE, "..", "tests", "data"))
+    write_transformer(os.path.join(HERE, "transformer_d256.onnx"))
 
 
 if __name__ == "__main__":

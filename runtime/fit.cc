@@ -157,6 +157,39 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   return correct;
 }
 
+// Sums over the elements of model outputs and float targets of the same count: squared and
+// absolute errors and (with_bce) binary cross-entropy with logits, accumulated in double.
+struct RegressionSums {
+  double squared = 0, absolute = 0, bce = 0;
+  int64_t count = 0;
+
+  void add(const Tensor& out, const Tensor& y, bool with_bce) {
+    OMT_CHECK(out.numel() == y.numel(), kInvalidArgument, "the model output is ", out.describe(),
+              " but the targets are ", y.describe(), "; they must hold the same values per sample");
+    const int64_t k = out.numel();
+    if (out.dtype() == DType::kFloat32 && y.dtype() == DType::kFloat32 && !with_bce) {
+      const float* p = out.data<float>();
+      const float* t = y.data<float>();
+      double sq = 0, ab = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double d = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+        sq += d * d;
+        ab += std::fabs(d);
+      }
+      squared += sq;
+      absolute += ab;
+    } else {
+      for (int64_t i = 0; i < k; ++i) {
+        const double x = out.value_as_double(i), t = y.value_as_double(i), d = x - t;
+        squared += d * d;
+        absolute += std::fabs(d);
+        if (with_bce) bce += std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::fabs(x)));
+      }
+    }
+    count += k;
+  }
+};
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -185,28 +218,69 @@ std::string fmt(double v, int precision = 4) {
   return os.str();
 }
 
+// Regression losses span many decades (1e-6 on an exact fit): 4 significant digits.
+std::string sig(double v) {
+  std::ostringstream os;
+  os << std::setprecision(4) << v;
+  return os.str();
+}
+
+// "mse 0.01234, mae 0.08765", with the loss first when it is neither of them.
+std::string regression_summary(const EvalResult& ev, LossKind loss) {
+  std::string s;
+  if (loss != LossKind::kMse && loss != LossKind::kL1) s = str_cat("loss (", loss_kind_name(loss), ") ", sig(ev.loss), ", ");
+  return s + "mse " + sig(ev.mse) + ", mae " + sig(ev.mae);
+}
+
+// The model output the loss reads: `name`, or the first output.
+const ValueInfo& loss_output(const Model& model, const std::string& name) {
+  if (name.empty()) return model.graph.outputs.at(0);
+  for (const auto& out : model.graph.outputs)
+    if (out.name == name) return out;
+  OMT_FAIL(kInvalidArgument, "the model has no output '", name, "' (--model-output)");
+}
+
+std::string target_name(const Dataset& d) {
+  return str_cat("target array '", d.label_name.empty() ? "labels" : d.label_name, "' in '", d.source, "'");
+}
+
+// Class-label losses on float targets: the user most likely meant a regression.
+void check_class_targets(const Dataset& d, LossKind loss) {
+  OMT_CHECK(!d.has_float_targets(), kInvalidArgument, "'", d.source, "': the targets '",
+            d.label_name.empty() ? "labels" : d.label_name, "' are ", d.labels.describe(),
+            ", float regression targets, but --loss ", loss_kind_name(loss),
+            " takes integer class labels. Pass --loss mse (or l1) to train a regression, or store class "
+            "indices as integers.");
+}
+
 }  // namespace
 
 EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
-                    const Tensor& labels, int64_t chunk) {
+                    const Tensor& labels, int64_t chunk, const EvalTarget& target) {
   return evaluate([&](const NamedTensors& feeds) { return predictor.run(feeds); }, input_name, features, labels,
-                  chunk);
+                  chunk, target);
 }
 
 EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
-                    const Tensor& labels, int64_t chunk) {
+                    const Tensor& labels, int64_t chunk, const EvalTarget& target) {
   EvalResult r;
   const int64_t n = features.dim(0);
+  r.regression = dtype_is_float(labels.dtype());
   double loss_sum = 0;
   int64_t correct = 0;
+  RegressionSums sums;
   bool class_scores = true;
   for (int64_t b = 0; b < n; b += chunk) {
     const int64_t e = std::min(n, b + chunk);
     NamedTensors feeds;
     feeds.set(input_name, n > chunk ? slice_rows(features, b, e) : features);
     const NamedTensors out = predict(feeds);
-    const Tensor& logits = out.at(out.names()[0]);
+    const Tensor& logits = out.at(target.output.empty() ? out.names()[0] : target.output);
     const Tensor y = n > chunk ? slice_rows(labels, b, e) : labels;
+    if (r.regression) {
+      sums.add(logits, y, target.loss == LossKind::kBceWithLogits);
+      continue;
+    }
     if (logits.dtype() != DType::kFloat32 || logits.rank() != 2) {
       class_scores = false;
       continue;
@@ -225,6 +299,16 @@ EvalResult evaluate(const PredictFn& predict, const std::string& input_name, con
     }
   }
   r.samples = n;
+  if (r.regression) {
+    const double count = static_cast<double>(sums.count);
+    r.mse = sums.count ? sums.squared / count : NAN;
+    r.mae = sums.count ? sums.absolute / count : NAN;
+    r.loss = target.loss == LossKind::kL1 ? r.mae
+             : target.loss == LossKind::kBceWithLogits ? (sums.count ? sums.bce / count : NAN)
+                                                       : r.mse;
+    r.accuracy = NAN;
+    return r;
+  }
   r.loss = class_scores && n ? loss_sum / static_cast<double>(n) : NAN;
   r.accuracy = n ? static_cast<double>(correct) / static_cast<double>(n) : 0;
   return r;
@@ -238,16 +322,32 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   OMT_CHECK(model->graph.inputs.size() == 1, kInvalidArgument, "fit trains models with one input; '",
             model->source_path, "' has ", model->graph.inputs.size());
   const ValueInfo& input = model->graph.inputs[0];
+  const LossKind loss = o.spec.loss;
+  const bool regression = loss != LossKind::kModel && !loss_takes_class_labels(loss);
+  const ValueInfo& scored = loss_output(*model, o.spec.output);
+  const EvalTarget eval_target{scored.name, loss};
   OMT_CHECK(train.labels.defined(), kInvalidArgument, "'", train.source, "' has no labels");
   const FeatureSource x(train.features, input, o.preprocess);  // Note [Features converted per batch]
-  const Tensor& y = train.labels;
+  // Regression targets as the loss reads them (Note [Targets of any shape] in
+  // mirrored_trainer.h: shards are rows of these, whatever their trailing shape).
+  const DType target_dtype = scored.dtype == DType::kUndefined ? DType::kFloat32 : scored.dtype;
+  auto targets_of = [&](const Dataset& d) {
+    if (!regression) return d.labels;
+    return prepare_targets(d.labels, scored, target_dtype, target_name(d));
+  };
+  if (loss_takes_class_labels(loss)) {
+    check_class_targets(train, loss);
+    if (val) check_class_targets(*val, loss);
+  }
+  const Tensor y = targets_of(train);
   Tensor xv, yv;
   if (val) {
+    OMT_CHECK(val->labels.defined(), kInvalidArgument, "validation data '", val->source, "' has no labels");
     xv = prepare_features(val->features, input, o.preprocess);
-    yv = val->labels;
+    yv = targets_of(*val);
   }
   const int64_t classes = output_classes(*model);
-  if (o.spec.loss == LossKind::kSoftmaxCrossEntropy || o.spec.loss == LossKind::kNll) {
+  if (loss_takes_class_labels(loss)) {
     check_labels(y, classes, train.source);
     if (val) check_labels(yv, classes, val->source);
   }
@@ -315,6 +415,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
     int64_t samples = 0, correct = 0, steps_in_epoch = 0;
+    RegressionSums train_errors;  // regression: |output - target| over the epoch
     const int64_t first = e == pos.epoch ? pos.step : 0;
     const int64_t last = std::min(spe, first + (total - step));
     std::unique_ptr<ProgressBar> bar;
@@ -341,9 +442,13 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       }
       loss_sum += res.loss * static_cast<double>(global_samples);
       samples += global_samples;
-      for (int r = 0; r < trainer.local_replicas(); ++r)
-        if (shards[r].size() && res.outputs[r].size())
+      for (int r = 0; r < trainer.local_replicas(); ++r) {
+        if (!shards[r].size() || !res.outputs[r].size()) continue;
+        if (regression)
+          train_errors.add(res.outputs[r].at(scored.name), shards[r].labels, false);
+        else
           correct += count_correct(res.outputs[r].at(res.outputs[r].names()[0]), shards[r].labels);
+      }
       if (res.timing.step_ms > 0) rates.push_back(static_cast<double>(global_samples) / (res.timing.step_ms / 1000.0));
       StepStats st;
       st.step = step;
@@ -374,9 +479,12 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     }
     if (bar) bar->finish();
     if (comm && comm->size() > 1) {
-      std::vector<double> counts = {static_cast<double>(correct)};
+      std::vector<double> counts = {static_cast<double>(correct), train_errors.absolute,
+                                    static_cast<double>(train_errors.count)};
       trainer.sum_over_processes(counts.data(), counts.size(), DType::kFloat64);  // NCCL too
       correct = static_cast<int64_t>(counts[0]);
+      train_errors.absolute = counts[1];
+      train_errors.count = static_cast<int64_t>(counts[2]);
     }
     EpochStats es;
     es.epoch = e + 1;
@@ -384,20 +492,29 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     es.samples = samples;
     es.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     es.train_loss = samples ? loss_sum / static_cast<double>(samples) : NAN;
-    es.train_accuracy = samples && classes > 0 ? static_cast<double>(correct) / static_cast<double>(samples) : NAN;
+    es.regression = regression;
+    es.train_accuracy = samples && classes > 0 && !regression ? static_cast<double>(correct) / static_cast<double>(samples) : NAN;
+    es.train_mae = regression && train_errors.count ? train_errors.absolute / static_cast<double>(train_errors.count) : NAN;
     es.samples_per_s = es.seconds > 0 ? static_cast<double>(samples) / es.seconds : 0;
     es.steps_per_s = es.seconds > 0 ? static_cast<double>(steps_in_epoch) / es.seconds : 0;
     es.lr = lr_now;
     es.val_loss = es.val_accuracy = NAN;
     if (leader && val && !stop) {
       Predictor predictor(std::make_shared<const Model>(trainer.trained_model()), trainer.local_replicas(), o.mirror.session);
-      const EvalResult ev = evaluate(predictor, input.name, xv, yv);
+      const EvalResult ev = evaluate(predictor, input.name, xv, yv, 1000, eval_target);
       es.val_loss = ev.loss;
       es.val_accuracy = ev.accuracy;
+      es.val_mae = ev.mae;
     }
     result.epochs.push_back(es);
     if (metrics) metrics->write_epoch(es);
-    if (leader)
+    if (leader && regression)
+      log << "epoch " << es.epoch << "/" << epochs << ": " << fmt(es.seconds, 1) << " s, " << fmt(es.steps_per_s, 1)
+          << " steps/s, " << static_cast<int64_t>(es.samples_per_s) << " samples/s, train loss (" << loss_kind_name(loss)
+          << ") " << sig(es.train_loss) << ", train mae " << sig(es.train_mae)
+          << (std::isnan(es.val_loss) ? std::string() : ", val loss " + sig(es.val_loss) + ", val mae " + sig(es.val_mae))
+          << "\n";
+    else if (leader)
       log << "epoch " << es.epoch << "/" << epochs << ": " << fmt(es.seconds, 1) << " s, " << fmt(es.steps_per_s, 1)
           << " steps/s, " << static_cast<int64_t>(es.samples_per_s) << " samples/s, train loss " << fmt(es.train_loss)
           << ", train accuracy " << fmt(100 * es.train_accuracy, 2) << "%"
@@ -416,7 +533,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   if (leader) {
     Predictor predictor(std::make_shared<const Model>(result.trained), trainer.local_replicas(), o.mirror.session);
-    result.final_eval = val ? evaluate(predictor, input.name, xv, yv) : evaluate(predictor, input.name, x.all(), y);
+    result.final_eval = val ? evaluate(predictor, input.name, xv, yv, 1000, eval_target)
+                            : evaluate(predictor, input.name, x.all(), y, 1000, eval_target);
   }
   if (leader && o.compare_single && !result.interrupted) {
     MirrorOptions single = o.mirror;
@@ -442,8 +560,12 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   if (leader) {
     const EvalResult& ev = result.final_eval;
-    log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, accuracy "
-        << fmt(100 * ev.accuracy, 2) << "%, loss " << fmt(ev.loss) << "\n";
+    if (regression)
+      log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, " << regression_summary(ev, loss)
+          << "\n";
+    else
+      log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, accuracy "
+          << fmt(100 * ev.accuracy, 2) << "%, loss " << fmt(ev.loss) << "\n";
     if (ev.confusion.num_classes() > 0) log << ev.confusion.format(o.class_names);
     log << "throughput: " << static_cast<int64_t>(result.samples_per_s) << " samples/s (median over steps) on "
         << world << " replica(s)";
@@ -458,10 +580,13 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
           << " ms, communication " << fmt(overlap->comm_ms, 2) << " ms, exposed communication "
           << fmt(overlap->exposed_comm_ms, 2) << " ms\n";
     if (metrics) {
-      std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s},
-                                                           {"final_accuracy", ev.accuracy}};
+      std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s}};
+      if (!regression) extra.push_back({"final_accuracy", ev.accuracy});
       if (result.single_samples_per_s > 0) extra.push_back({"single_samples_per_s", result.single_samples_per_s});
-      metrics->write_summary(ev.confusion, o.class_names, extra);
+      if (regression)
+        metrics->write_regression_summary(ev.samples, loss_kind_name(loss), ev.loss, ev.mse, ev.mae, extra);
+      else
+        metrics->write_summary(ev.confusion, o.class_names, extra);
     }
     if (!o.report_path.empty()) {
       ReportData rd;

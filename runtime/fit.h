@@ -19,21 +19,35 @@
 
 namespace omt {
 
+// Integer labels score class predictions (loss, accuracy, confusion matrix); float targets
+// score a regression (loss, mse, mae; accuracy NaN, confusion matrix empty).
 struct EvalResult {
-  double loss = 0;      // mean softmax cross-entropy of the logits (NaN for non-class outputs)
+  double loss = 0;      // classes: mean softmax cross-entropy of the logits (NaN for non-class
+                        // outputs); float targets: the mean regression loss (EvalTarget::loss)
   double accuracy = 0;  // fraction of argmax predictions equal to the label
   int64_t samples = 0;
   ConfusionMatrix confusion;
+  bool regression = false;  // scored against float targets
+  double mse = kNoValue;    // float targets: means over every target element
+  double mae = kNoValue;
 };
 
-// Runs `predict` over prepared features in chunks and scores the first output against
-// class labels. Every sample is counted exactly once.
+// What evaluate scores: the output it reads ("" = the first) and, for float targets, which
+// loss `loss` reports (mse, l1 or bce_with_logits; others report mse).
+struct EvalTarget {
+  std::string output;
+  LossKind loss = LossKind::kMse;
+};
+
+// Runs `predict` over prepared features in chunks and scores the output against int64 class
+// labels or float targets (prepare_targets: shaped like the output). Every sample is counted
+// exactly once. kInvalidArgument when the output and the targets hold different counts.
 using PredictFn = std::function<NamedTensors(const NamedTensors& feeds)>;
 EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
-                    const Tensor& labels, int64_t chunk = 1000);
+                    const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
 // The same with a Predictor.
 EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
-                    const Tensor& labels, int64_t chunk = 1000);
+                    const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
 
 struct FitOptions {
   TrainingSpec spec;
@@ -72,8 +86,10 @@ struct FitResult {
   Model trained;                  // the inference model with trained parameters
 };
 
-// Trains `model` on `train` (validating on `val` when given). `log` receives the human
-// output; only process 0 writes it and the files.
+// Trains `model` on `train` (validating on `val` when given). Class-label losses need integer
+// labels; the regression losses (mse, l1, bce_with_logits) take float (or integer) targets,
+// converted by prepare_targets, and report mse and mae instead of accuracy and a confusion
+// matrix. `log` receives the human output; only process 0 writes it and the files.
 FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
               const FitOptions& options, std::ostream& log);
 

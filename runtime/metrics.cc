@@ -260,7 +260,7 @@ void MetricsWriter::write_step(const StepStats& s) {
 }
 
 void MetricsWriter::write_epoch(const EpochStats& e) {
-  const nlohmann::json j = {{"type", "epoch"},
+  nlohmann::json j = {{"type", "epoch"},
                             {"epoch", e.epoch},
                             {"steps", e.steps},
                             {"samples", e.samples},
@@ -272,6 +272,19 @@ void MetricsWriter::write_epoch(const EpochStats& e) {
                             {"samples_per_s", number_or_null(e.samples_per_s)},
                             {"steps_per_s", number_or_null(e.steps_per_s)},
                             {"lr", number_or_null(e.lr)}};
+  if (e.regression) {
+    j["train_mae"] = number_or_null(e.train_mae);
+    j["val_mae"] = number_or_null(e.val_mae);
+  }
+  write_line(j.dump());
+}
+
+void MetricsWriter::write_regression_summary(int64_t samples, const std::string& loss_name, double loss, double mse,
+                                             double mae, const std::vector<std::pair<std::string, double>>& extra) {
+  nlohmann::json j = {{"type", "summary"},   {"task", "regression"},         {"samples", samples},
+                      {"loss", loss_name},   {"final_loss", number_or_null(loss)}, {"mse", number_or_null(mse)},
+                      {"mae", number_or_null(mae)}};
+  for (const auto& [key, value] : extra) j[key] = number_or_null(value);
   write_line(j.dump());
 }
 

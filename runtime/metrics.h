@@ -71,7 +71,8 @@ class ConfusionMatrix {
 std::string class_name(const std::vector<std::string>& class_names, int64_t c);
 
 // One epoch as printed after it and written to --metrics. Accuracies are fractions in
-// [0, 1]; a value that was not measured (no --val, say) is NaN and written as null.
+// [0, 1]; a value that was not measured (no --val, say) is NaN and written as null. A
+// regression (float targets) has mean absolute errors instead of accuracies.
 struct EpochStats {
   int64_t epoch = 0;  // 1-based
   int64_t steps = 0;
@@ -81,6 +82,9 @@ struct EpochStats {
   double train_accuracy = kNoValue;
   double val_loss = kNoValue;
   double val_accuracy = kNoValue;
+  bool regression = false;
+  double train_mae = kNoValue;  // regression: mean |output - target| over every element
+  double val_mae = kNoValue;
   double samples_per_s = 0.0;
   double steps_per_s = 0.0;
   double lr = kNoValue;  // learning rate at the end of the epoch
@@ -117,6 +121,9 @@ class MetricsWriter {
   // any `extra` numbers (say {"speedup", 1.83}, {"total_seconds", 95.2}).
   void write_summary(const ConfusionMatrix& cm, const std::vector<std::string>& class_names = {},
                      const std::vector<std::pair<std::string, double>>& extra = {});
+  // The closing line of a regression: samples, the loss (named), mse, mae and `extra`.
+  void write_regression_summary(int64_t samples, const std::string& loss_name, double loss, double mse, double mae,
+                                const std::vector<std::pair<std::string, double>>& extra = {});
   const std::string& path() const { return path_; }
 
  private:

@@ -57,9 +57,14 @@ struct DeferredRows {
 };
 
 // One local replica's shard of a global batch (may hold 0 samples).
+// Note [Targets of any shape]: labels are rows of the global batch's labels along dimension 0,
+// whatever follows it: int64 [n] class labels, or float regression targets [n, ...] shaped
+// like the model output ([n, seq, d] for a sequence model). The losses average over every
+// element of the shard, and the loss seed n / n_global (Note [Step schedule]) makes the sum
+// over replicas the mean over the global batch for either kind.
 struct ReplicaBatch {
   NamedTensors inputs;  // one array per model input, batch first
-  Tensor labels;
+  Tensor labels;          // Note [Targets of any shape]
   DeferredRows deferred;  // one more input, still to gather
   int64_t size() const;
 };

@@ -72,6 +72,15 @@ std::string percent(double fraction, int decimals = 2) {
   return fixed(100.0 * fraction, decimals) + "%";
 }
 
+// Regression losses and errors span decades: 4 significant digits.
+std::string significant(double v) {
+  if (!std::isfinite(v)) return "&ndash;";
+  std::ostringstream os;
+  os.precision(4);
+  os << v;
+  return os.str();
+}
+
 std::string rate(double v) { return std::isfinite(v) ? format_thousands(v) : "&ndash;"; }
 
 // ---------------------------------------------------------------- line charts
@@ -383,6 +392,7 @@ std::string render_report(const ReportData& d) {
       card(os, "final training loss", fixed(last.train_loss, 4));
       if (std::isfinite(last.val_accuracy)) card(os, "final validation accuracy", percent(last.val_accuracy));
       if (std::isfinite(last.val_loss)) card(os, "final validation loss", fixed(last.val_loss, 4));
+      if (std::isfinite(last.val_mae)) card(os, "final validation MAE", significant(last.val_mae));
       card(os, "training time", html_escape(format_duration(seconds)));
       card(os, "mean samples/s", rate(seconds > 0 ? samples / seconds : kNoValue));
     }
@@ -392,14 +402,19 @@ std::string render_report(const ReportData& d) {
 
   // Per-epoch table and curves.
   if (!d.epochs.empty()) {
+    // A regression (float targets) shows mean absolute errors where a classifier shows accuracy.
+    const bool regression = d.epochs.front().regression;
+    auto metric = [&](double accuracy, double mae) { return regression ? significant(mae) : percent(accuracy); };
+    auto loss_text = [&](double v) { return regression ? significant(v) : fixed(v, 4); };
+    const char* metric_name = regression ? "MAE" : "acc.";
     os << "<h2>Epochs</h2>\n<table>\n<tr><th>epoch</th><th>steps</th><th>samples</th>"
-       << "<th>time (s)</th><th>train loss</th><th>train acc.</th><th>val loss</th>"
-       << "<th>val acc.</th><th>samples/s</th><th>steps/s</th><th>lr</th></tr>\n";
+       << "<th>time (s)</th><th>train loss</th><th>train " << metric_name << "</th><th>val loss</th>"
+       << "<th>val " << metric_name << "</th><th>samples/s</th><th>steps/s</th><th>lr</th></tr>\n";
     for (const EpochStats& e : d.epochs) {
       os << "<tr><td>" << e.epoch << "</td><td>" << e.steps << "</td><td>"
          << format_thousands(static_cast<double>(e.samples)) << "</td><td>" << fixed(e.seconds, 2)
-         << "</td><td>" << fixed(e.train_loss, 4) << "</td><td>" << percent(e.train_accuracy)
-         << "</td><td>" << fixed(e.val_loss, 4) << "</td><td>" << percent(e.val_accuracy)
+         << "</td><td>" << loss_text(e.train_loss) << "</td><td>" << metric(e.train_accuracy, e.train_mae)
+         << "</td><td>" << loss_text(e.val_loss) << "</td><td>" << metric(e.val_accuracy, e.val_mae)
          << "</td><td>" << rate(e.samples_per_s) << "</td><td>" << fixed(e.steps_per_s, 2)
          << "</td><td>" << (std::isfinite(e.lr) ? fixed(e.lr, 6) : "&ndash;") << "</td></tr>\n";
     }
@@ -413,12 +428,14 @@ std::string render_report(const ReportData& d) {
       const double x = static_cast<double>(e.epoch);
       train_loss.points.push_back({x, e.train_loss});
       val_loss.points.push_back({x, e.val_loss});
-      train_acc.points.push_back({x, 100 * e.train_accuracy});
-      val_acc.points.push_back({x, 100 * e.val_accuracy});
+      const double train_metric = regression ? e.train_mae : 100 * e.train_accuracy;
+      const double val_metric = regression ? e.val_mae : 100 * e.val_accuracy;
+      train_acc.points.push_back({x, train_metric});
+      val_acc.points.push_back({x, val_metric});
       tput.points.push_back({x, e.samples_per_s});
       any_val_loss |= std::isfinite(e.val_loss);
-      any_train_acc |= std::isfinite(e.train_accuracy);
-      any_val_acc |= std::isfinite(e.val_accuracy);
+      any_train_acc |= std::isfinite(train_metric);
+      any_val_acc |= std::isfinite(val_metric);
     }
     std::vector<Series> loss{train_loss}, acc, throughput{tput};
     if (any_val_loss) loss.push_back(val_loss);
@@ -432,7 +449,10 @@ std::string render_report(const ReportData& d) {
     }
     os << "<h2>Curves</h2>\n<div class=\"charts\">\n";
     os << line_chart("Loss per epoch", "epoch", "loss", loss, true);
-    os << line_chart("Accuracy per epoch", "epoch", "accuracy (%)", acc, true);
+    if (regression)
+      os << line_chart("Mean absolute error per epoch", "epoch", "MAE", acc, true);
+    else
+      os << line_chart("Accuracy per epoch", "epoch", "accuracy (%)", acc, true);
     os << line_chart("Throughput per epoch", "epoch", "samples/s", throughput, true);
     if (!d.steps.empty()) {
       Series step_loss{"training (per step)", "#3b75af", {}};

@@ -1,5 +1,7 @@
 #include "runtime/trainer.h"
 
+#include "runtime/data/dataset.h"
+
 namespace omt {
 
 namespace {
@@ -49,7 +51,15 @@ NamedTensors Trainer::feeds(const NamedTensors& inputs, const Tensor& labels, co
   if (!tg.labels.empty()) {
     OMT_CHECK(labels.defined(), kInvalidArgument, "the loss needs labels ('", tg.labels, "') but none were given");
     const ValueInfo* info = tg.model.graph.find_input(tg.labels);
-    f.set(tg.labels, labels_as(labels, info ? info->dtype : labels.dtype(), tg.labels, backend()));
+    if (info && !loss_takes_class_labels(spec_.loss)) {
+      // Regression targets: the output's dtype and per-sample shape ([N] fits [N,1]).
+      ValueInfo output = *info;
+      output.name = spec_.output.empty() ? model_->graph.outputs.at(0).name : spec_.output;
+      const Tensor given = labels.dtype() == info->dtype ? labels : backend().to_host(labels);
+      f.set(tg.labels, prepare_targets(given, output, info->dtype, "labels '" + tg.labels + "'"));
+    } else {
+      f.set(tg.labels, labels_as(labels, info ? info->dtype : labels.dtype(), tg.labels, backend()));
+    }
   }
   f.set(tg.loss_scale, Tensor::scalar<float>(1.0f));
   for (const auto& p : tg.params) f.set(p.name, params_.at(p.name));

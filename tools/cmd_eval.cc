@@ -1,5 +1,6 @@
 // `eval TRAINED.onnx --data SPEC`: accuracy, loss, per-class precision/recall/F1 and the
-// confusion matrix of a classifier on a labelled data set (the metrics `train` ends with).
+// confusion matrix of a classifier on a labelled data set, or mse and mae of a regression on
+// float targets (the metrics `train` ends with).
 #include <iomanip>
 #include <iostream>
 #include <thread>
@@ -13,7 +14,7 @@ namespace omt::tools {
 namespace {
 
 struct EvalArgs {
-  std::string model, data = "fashion-mnist:test", labels = "labels", device = "cpu";
+  std::string model, data = "fashion-mnist:test", labels = "labels", device = "cpu", loss;
   int replicas = 1, threads = 0;
   bool no_scale = false;
   float mean = 0.0f, std = 1.0f;
@@ -43,7 +44,14 @@ int run_eval(const EvalArgs& a) {
   const onnx_mirror::Tensor x = model.prepare(d.features, pre);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
-  const onnx_mirror::EvalResult r = model.evaluate(x, d.labels, a.replicas, 1000, threads);
+  const onnx_mirror::EvalResult r = model.evaluate(x, d.labels, a.replicas, 1000, threads, a.loss);
+  if (r.regression) {  // the text of train's summary (runtime/fit.cc), so the two compare
+    const bool own_loss = !a.loss.empty() && a.loss != "mse" && a.loss != "l1" && a.loss != "mae";
+    std::cout << std::setprecision(4) << d.source << ": " << r.samples << " samples, ";
+    if (own_loss) std::cout << "loss (" << a.loss << ") " << r.loss << ", ";
+    std::cout << "mse " << r.mse << ", mae " << r.mae << "\n";
+    return 0;
+  }
   std::cout << std::fixed << std::setprecision(4) << d.source << ": " << r.samples << " samples, accuracy "
             << std::setprecision(2) << 100 * r.accuracy << "%, loss " << std::setprecision(4) << r.loss << "\n";
   std::cout << r.confusion.format(a.data.rfind("fashion-mnist", 0) == 0 ? kFashionMnistClasses
@@ -54,11 +62,13 @@ int run_eval(const EvalArgs& a) {
 }  // namespace
 
 void register_eval(CLI::App& app) {
-  auto* sub = app.add_subcommand("eval", "Accuracy, per-class metrics and confusion matrix of a classifier");
+  auto* sub = app.add_subcommand("eval", "Accuracy, per-class metrics and confusion matrix of a classifier, "
+                                         "or mse and mae of a regression");
   auto a = std::make_shared<EvalArgs>();
   sub->add_option("model", a->model, "ONNX model file")->required();
   sub->add_option("--data", a->data, "fashion-mnist[:test|:train], IMAGES,LABELS IDX files, or DATA.npz");
-  sub->add_option("--labels", a->labels, "label array name in an .npz");
+  sub->add_option("--labels", a->labels, "label array name in an .npz (integers: classes; floats: regression targets)");
+  sub->add_option("--loss", a->loss, "for a regression, the loss to report besides mse and mae: l1 | bce_with_logits");
   sub->add_option("--replicas", a->replicas, "local replicas the data is split across");
   sub->add_option("--threads", a->threads, "threads per replica");
   sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");

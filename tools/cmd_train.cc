@@ -28,7 +28,7 @@ using onnx_mirror::Tensors;
 
 struct TrainArgs {
   std::string model, data, output;
-  std::string labels = "labels", loss = "softmax_cross_entropy", model_output;
+  std::string labels = "labels", loss, model_output;  // loss "": chosen from the labels' dtype
   std::string train_regex, freeze_regex;
   std::string optimizer = "sgd";
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
@@ -53,7 +53,9 @@ struct TrainArgs {
 void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("model", a.model, "ONNX model file")->required();
   sub->add_option("--labels", a.labels, "name of the label array in the data (not a graph input)");
-  sub->add_option("--loss", a.loss, "softmax_cross_entropy | nll | mse | bce_with_logits | model");
+  sub->add_option("--loss", a.loss,
+                  "cross-entropy (default for integer labels) | nll | mse (default for float targets) | l1 | "
+                  "bce_with_logits | model");
   sub->add_option("--model-output", a.model_output, "model output the loss reads (default: the first)");
   sub->add_option("--train", a.train_regex, "train only parameters whose name matches this regex");
   sub->add_option("--freeze", a.freeze_regex, "keep parameters whose name matches this regex fixed");
@@ -72,7 +74,7 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
 onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
   if (a.nesterov && !(a.momentum > 0)) fail(ErrorKind::kInvalidArgument, "--nesterov needs --momentum > 0");
   onnx_mirror::TrainerOptions o;
-  o.loss = a.loss;
+  o.loss = a.loss.empty() ? "softmax_cross_entropy" : a.loss;  // checked here; see resolve_loss
   o.output = a.model_output;
   o.labels = a.labels;
   o.train_regex = a.train_regex;
@@ -100,9 +102,11 @@ onnx_mirror::Model load_for_training(const std::string& path, const std::string&
   return onnx_mirror::Model::load(path, lazy);
 }
 
+// "[8,10]"; a dimension that is not fixed (-1 in a ValueSpec) prints as "batch" first, "?" after.
 std::string shape_str(const onnx_mirror::Shape& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + (shape[i] >= 0 ? std::to_string(shape[i]) : i == 0 ? "batch" : "?");
   return s + "]";
 }
 
@@ -154,16 +158,53 @@ Data load_training_data(const std::string& spec, const onnx_mirror::Model& model
   return d;
 }
 
+bool is_float(const Tensor& t) {
+  using onnx_mirror::DType;
+  const DType d = t.dtype();
+  return d == DType::kFloat32 || d == DType::kFloat64;
+}
+
+// Note [Default loss]: without --loss, integer labels train a classifier (softmax
+// cross-entropy, as before) and float targets a regression (mse), as Keras users pick
+// "sparse_categorical_crossentropy" or "mse" by their data. A float array that does not fit
+// the model output most likely holds class labels stored as floats: say so before training.
+std::string resolve_loss(const TrainArgs& a, const onnx_mirror::Model& model, const Tensor& labels,
+                         const std::string& source) {
+  if (!a.loss.empty()) return a.loss;
+  if (!labels.defined() || !is_float(labels)) return "softmax_cross_entropy";
+  const auto outputs = model.outputs();
+  const onnx_mirror::ValueSpec* out = &outputs.at(0);
+  for (const auto& o : outputs)
+    if (o.name == a.model_output) out = &o;
+  int64_t per_output = 1, per_target = 1;
+  bool known = !out->shape.empty();
+  for (size_t d = 1; d < out->shape.size(); ++d) {
+    known = known && out->shape[d] >= 0;
+    per_output *= out->shape[d];
+  }
+  for (int64_t d = 1; d < labels.rank(); ++d) per_target *= labels.dim(d);
+  if (known && per_output != per_target)
+    fail(ErrorKind::kInvalidArgument, "'", source, "': labels '", a.labels, "' are ", labels.describe(),
+         " (float targets, so the loss defaults to mse) but the model output '", out->name, "' is ", shape_str(out->shape),
+         ": ", per_output, " values per sample against ", per_target,
+         ". For classification store the labels as integers (int64); for regression use targets shaped like the "
+         "output; or pass --loss.");
+  return "mse";
+}
+
 int default_threads(const TrainArgs& a) {
   return a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-int run_grad(const TrainArgs& a) {
+int run_grad(const TrainArgs& given) {
+  trainer_options(given);  // the options' own errors first
+  onnx_mirror::Model model = load_for_training(given.model, given.device);
+  const Data d = load_training_data(given.data, model, given);
+  TrainArgs a = given;
+  a.loss = resolve_loss(given, model, d.labels, given.data);
   onnx_mirror::TrainerOptions options = trainer_options(a);
   options.threads_per_replica = default_threads(a);
-  onnx_mirror::Model model = load_for_training(a.model, a.device);
   const onnx_mirror::Trainer trainer(model, options);
-  const Data d = load_training_data(a.data, model, a);
   const onnx_mirror::Gradients g = trainer.gradients(d.inputs, d.labels);
   onnx_mirror::TensorList out;
   out.emplace_back("loss", Tensor::from_vector<float>({g.loss}, {}));
@@ -266,6 +307,10 @@ int run_train(const TrainArgs& a, char** argv) {
   }
   onnx_mirror::Model model = load_for_training(a.model);
   const onnx_mirror::Dataset train = onnx_mirror::load_dataset(a.data, a.labels);
+  options.loss = resolve_loss(a, model, train.labels, train.source);
+  if (leader && a.loss.empty() && train.has_float_targets())
+    std::cout << "regression: float targets '" << a.labels << "' " << train.labels.describe()
+              << ": loss mse, the default for float targets (or pass --loss l1, bce_with_logits)\n";
   std::unique_ptr<onnx_mirror::Dataset> val;
   if (!a.val.empty()) val = std::make_unique<onnx_mirror::Dataset>(onnx_mirror::load_dataset(a.val, a.labels));
   else if (a.data == "fashion-mnist" || a.data == "fashion-mnist:train")

@@ -2,8 +2,10 @@
 # gpu-check.sh: every GPU check for a machine with a GPU and no package manager, from a build
 # made elsewhere. Runs the GPU tests (CTest label gpu, else the test binary directly), then a
 # training benchmark: onnx-mirror-train (MirroredTrainer, --device cuda) on the CNN, on two GPUs
-# when there are two, and on the reference Transformer layer, and PyTorch (the machine's own
-# torch, when it has one) training the same models; prints a summary table.
+# when there are two, and on two Transformer encoder layers trained as regressions with
+# --loss mse (the reference layer, d_model 8, and models/transformer_d256.onnx, d_model 256,
+# sequence 64), and PyTorch (the machine's own torch, when it has one) training the same
+# models; prints a summary table. Without a GPU (a dry run) every row says why it did not run.
 # GPU tests run as the cuda_tests binary (label gpu in CTest on the build machine).
 # Budget: under 8 minutes. Run from the repository root:
 #
@@ -44,12 +46,12 @@ else row "GPU tests" "FAIL (rc $TEST_RC, see $OUT/gpu-tests.log)"; fi
 
 # ---- 2. benchmark data: synthetic, Fashion-MNIST-shaped and Transformer-shaped (offline machine) --
 note "benchmark data"
-# 8192 samples, reused epoch after epoch: throughput does not depend on their number, and the
-# writer below needs no numpy (this machine's python3 may lack it).
+# 8192 samples (512 of the large Transformer's), reused epoch after epoch: throughput does not
+# depend on their number, and the writer below needs no numpy (this machine's python3 may lack it).
 PYTHON=$(command -v python3 || command -v /usr/bin/python3)
-"$PYTHON" - "$OUT" 8192 <<'PY'
+"$PYTHON" - "$OUT" 8192 512 <<'PY'
 import array, random, struct, sys, zipfile
-out, n = sys.argv[1], int(sys.argv[2])
+out, n, n_big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(0)
 
 def npy(typecode, descr, shape, values):
@@ -70,11 +72,17 @@ def npz(path, arrays):
 npz(f"{out}/bench.npz", {
     "input": npy("f", "<f4", (n, 1, 28, 28), (rng.random() for _ in range(n * 784))),
     "labels": npy("q", "<i8", (n,), (rng.randrange(10) for _ in range(n)))})
-# tests/reference/transformer_op17.onnx: one encoder layer, d_model 8, 2 heads, sequence 5.
+# tests/reference/transformer_op17.onnx: one encoder layer, d_model 8, 2 heads, sequence 5;
+# float targets shaped like its output (a regression).
 npz(f"{out}/transformer.npz", {
     "input": npy("f", "<f4", (n, 5, 8), (rng.gauss(0, 1) for _ in range(n * 40))),
     "labels": npy("f", "<f4", (n, 5, 8), (rng.gauss(0, 1) for _ in range(n * 40)))})
-print(f"wrote {n} samples each to {out}/bench.npz and {out}/transformer.npz")
+# models/transformer_d256.onnx: d_model 256, 8 heads, sequence 64. As the PyTorch row below:
+# uniform inputs in [0, 1) that are also the targets.
+seq = npy("f", "<f4", (n_big, 64, 256), [rng.random() for _ in range(n_big * 64 * 256)])
+npz(f"{out}/transformer_d256.npz", {"input": seq, "labels": seq})
+print(f"wrote {n} samples each to {out}/bench.npz and {out}/transformer.npz, "
+      f"{n_big} to {out}/transformer_d256.npz")
 PY
 
 # ---- 3. onnx-mirror on the GPU (MirroredTrainer: train --device cuda) -------------------------------
@@ -95,9 +103,9 @@ omt_bench() {  # label model data [extra args]: samples/s as fit reports it (med
 GPUS=$( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true) | wc -l)
 omt_bench cnn "$ROOT/models/cnn.onnx" "$OUT/bench.npz"
 [[ $GPUS -ge 2 ]] && omt_bench cnn_2gpu "$ROOT/models/cnn.onnx" "$OUT/bench.npz" --replicas 2
-# The Transformer layer is a regression (float targets); the train tool's data loader takes
-# class labels only for now, so it cannot be benchmarked through `train` yet.
-row "onnx-mirror transformer_d8_seq5 (GPU)" "not run: train's data loader takes class labels only (no float targets yet)"
+# The Transformer layers are regressions: float targets [N, seq, d_model], trained with mse.
+omt_bench transformer_d8_seq5 "$ROOT/tests/reference/transformer_op17.onnx" "$OUT/transformer.npz" --loss mse
+omt_bench transformer_d256_seq64 "$ROOT/models/transformer_d256.onnx" "$OUT/transformer_d256.npz" --loss mse
 
 # ---- 4. PyTorch on the same GPU (when this machine's python3 has torch with CUDA) -----------------
 note "PyTorch: CNN and Transformer encoder layers"
@@ -138,7 +146,8 @@ bench("cnn", CNN().to(dev), x, y, nn.CrossEntropyLoss())
 small = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True).to(dev)
 xs = torch.randn(batch, 5, 8, device=dev)
 bench("transformer_d8_seq5", small, xs, torch.randn_like(xs), nn.MSELoss())
-layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True).to(dev)
+# models/transformer_d256.onnx has no dropout: neither has this layer.
+layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, dropout=0.0, batch_first=True).to(dev)
 xt = torch.rand(batch, 64, 256, device=dev)
 bench("transformer_d256_seq64", layer, xt, xt, nn.MSELoss())
 PY
@@ -150,5 +159,6 @@ fi
 # ---- summary --------------------------------------------------------------------------------------
 note "summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo 'GPU'); steps $STEPS, batch $BATCH)"
 printf '%s\n' "${SUMMARY[@]}"
+rm -f "$OUT"/*.npz  # generated benchmark data (about 100 MB): only the logs are worth keeping
 echo "logs: $OUT"
 [[ $TEST_RC -eq 0 ]]

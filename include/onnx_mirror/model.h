@@ -25,13 +25,18 @@ struct ValueSpec {
   Shape shape;
 };
 
-// When the first output is not class logits (float32 [N, C]), loss is NaN, accuracy 0 and
-// the confusion matrix empty.
+// Class labels: when the first output is not class logits (float32 [N, C]), loss is NaN,
+// accuracy 0 and the confusion matrix empty. Float targets (a regression): loss, mse and mae;
+// accuracy NaN and the confusion matrix empty.
 struct EvalResult {
-  double loss = 0;      // mean softmax cross-entropy of the first output (the logits)
+  double loss = 0;      // classes: mean softmax cross-entropy of the first output (the logits);
+                        // float targets: the mean of the regression loss evaluate was given
   double accuracy = 0;  // fraction of argmax predictions equal to the label
   int64_t samples = 0;
   ConfusionMatrix confusion;  // true class x predicted class
+  bool regression = false;    // scored against float targets
+  double mse = 0, mae = 0;    // float targets: mean squared / absolute error over every
+                              // element; NaN for class labels
 };
 
 class Trainer;
@@ -78,11 +83,16 @@ class Model {
   // The single-input form: feeds the model's first input, returns its first output.
   Tensor predict(const Tensor& input, int replicas = 1, int threads_per_replica = 1);
 
-  // predict over `features` in chunks, scoring the first output (class logits [N, C])
-  // against int64 `labels`. Every sample counts once. threads_per_replica 0 keeps the
-  // threads of the last predict (1 at first). kInvalidArgument for a label outside [0, C).
+  // predict over `features` in chunks, scoring the first output against int64 class
+  // `labels` (class logits [N, C]) or float regression targets ([N, ...], as many values
+  // per sample as the output; reshaped to it and converted to its dtype). Every sample
+  // counts once. threads_per_replica 0 keeps the threads of the last predict (1 at first).
+  // `loss` "" scores integer labels as classes and float targets as a regression reporting
+  // mse; "mse", "l1" or "bce_with_logits" score a regression (integer targets converted)
+  // whose EvalResult::loss is that loss. kInvalidArgument for a label outside [0, C),
+  // targets that do not fit the output, or float targets with a class-label loss.
   EvalResult evaluate(const Tensor& features, const Tensor& labels, int replicas = 1,
-                      int64_t chunk = 1000, int threads_per_replica = 0);
+                      int64_t chunk = 1000, int threads_per_replica = 0, const std::string& loss = "");
 
   // Raw features (e.g. uint8 images [N,28,28]) converted to the first input's dtype and
   // shape ([N,1,28,28] float, scaled and normalised). kInvalidArgument when the element

@@ -31,7 +31,9 @@ struct World {
 World world_from_environment();
 
 struct TrainerOptions {
-  std::string loss = "softmax_cross_entropy";  // nll, mse, bce_with_logits, model
+  // Class labels: "softmax_cross_entropy" (also "cross-entropy") or "nll". Float targets
+  // (regression): "mse", "l1" or "bce_with_logits". "model": the model's own scalar output.
+  std::string loss = "softmax_cross_entropy";
   std::string output;          // model output the loss reads; "" = the first output
   std::string labels = "labels";  // the labels' name in the training graph (not an input's)
   std::string optimizer = "sgd";  // sgd, adam, adamw
@@ -111,6 +113,7 @@ struct EpochReport {
   int64_t epoch = 0, steps = 0, samples = 0;
   double seconds = 0;
   double train_loss = 0, train_accuracy = 0, val_loss = 0, val_accuracy = 0;  // NaN: not measured
+  double train_mae = 0, val_mae = 0;  // regression (float targets); NaN otherwise
   double samples_per_s = 0, lr = 0;
 };
 
@@ -145,7 +148,9 @@ class Trainer {
 
   // Epochs over `train` (validating on `validation` when given) with a shuffled sampler,
   // schedules, metrics and checkpoints. Holds the model's lock until it returns. Afterwards
-  // step() continues from the trained parameters with fresh optimizer state.
+  // step() continues from the trained parameters with fresh optimizer state. A regression
+  // loss (mse, l1, bce_with_logits) reads float targets shaped like the model output and
+  // reports mse and mae; a class-label loss on float targets is kInvalidArgument.
   FitReport fit(const Dataset& train, const Dataset* validation, const FitConfig& config);
 
   // Loss and gradients of every trained parameter on one batch (all of it on one replica),
@@ -161,7 +166,7 @@ class Trainer {
   static TrainingGraphSummary export_training_graph(const Model& model, const TrainerOptions& options,
                                                     const std::string& path);
 
-  // The model's evaluate with this trainer's replica count.
+  // The model's evaluate with this trainer's replica count (and, for float targets, its loss).
   EvalResult evaluate(const Tensor& features, const Tensor& labels, int64_t chunk = 1000);
 
   // Checkpoint (parameters, optimizer and normalisation state, step) as DIR/ckpt-<step>.*,

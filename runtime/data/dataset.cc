@@ -10,24 +10,40 @@
 namespace omt {
 namespace {
 
-Tensor labels_to_int64(const Tensor& t, const std::string& source) {
-  OMT_CHECK(dtype_is_integer(t.dtype()), kInvalidArgument, "labels in '", source, "' are ",
-            t.describe(), "; class labels must be integers");
-  Tensor out = Tensor::empty(DType::kInt64, {t.numel()});
-  int64_t* p = out.data<int64_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int64_t>(t.value_as_double(i));
-  return out;
+// One label array of `source` checked against `samples` feature rows: integers become int64
+// class labels [N]; floats stay as stored, as regression targets [N, ...].
+Tensor read_labels(const Tensor& t, const std::string& name, const std::string& source, int64_t samples,
+                   const std::string& features) {
+  const std::string where = "'" + source + "': ";
+  if (dtype_is_integer(t.dtype())) {
+    const bool one_per_sample = t.rank() == 1 || (t.rank() >= 1 && t.numel() == t.dim(0));
+    OMT_CHECK(one_per_sample && t.dim(0) == samples, kInvalidArgument, where, "label array '", name, "' is ",
+              t.describe(), " but feature array '", features, "' holds ", samples,
+              " samples. Integer arrays are class labels, one per sample ([", samples, "] or [", samples,
+              ",1]); store regression targets as floats (numpy: y.astype(np.float32)).");
+    Tensor out = Tensor::empty(DType::kInt64, {t.numel()});
+    int64_t* p = out.data<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int64_t>(t.value_as_double(i));
+    return out;
+  }
+  OMT_CHECK(dtype_is_float(t.dtype()), kInvalidArgument, where, "label array '", name, "' is ", t.describe(),
+            "; labels must be integer class indices or float regression targets. Convert the array.");
+  OMT_CHECK(t.rank() >= 1, kInvalidArgument, where, "target array '", name, "' is a scalar (", t.describe(),
+            "); targets need the samples along dimension 0, [", samples, "] or [", samples, ", ...].");
+  OMT_CHECK(t.dim(0) == samples, kInvalidArgument, where, "target array '", name, "' is ", t.describe(), " (",
+            t.dim(0), " samples) but feature array '", features, "' holds ", samples,
+            " samples; both need the samples along dimension 0. Write arrays with the same samples.");
+  return t;
 }
 
 Dataset load_idx_pair(const std::string& images, const std::string& labels, const std::string& source) {
   Dataset d;
   d.source = source;
   d.feature_name = "images";
+  d.label_name = "labels";
   d.features = read_idx(images);
-  d.labels = labels_to_int64(read_idx(labels), labels);
-  OMT_CHECK(d.features.rank() >= 1 && d.features.dim(0) == d.labels.numel(), kInvalidArgument,
-            "'", images, "' holds ", d.features.rank() ? d.features.dim(0) : 0, " samples but '",
-            labels, "' holds ", d.labels.numel(), " labels");
+  OMT_CHECK(d.features.rank() >= 1, kInvalidArgument, "'", images, "' holds a scalar, not samples");
+  d.labels = read_labels(read_idx(labels), labels, labels, d.features.dim(0), images);
   return d;
 }
 
@@ -54,7 +70,6 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name,
   const NamedTensors arrays = read_arrays(spec);
   Dataset d;
   d.source = spec;
-  if (arrays.has(labels_name)) d.labels = labels_to_int64(arrays.at(labels_name), spec);
   if (!features_name.empty()) {
     OMT_CHECK(arrays.has(features_name), kInvalidArgument, "'", spec, "' has no array named '",
               features_name, "'");
@@ -70,8 +85,12 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name,
     OMT_CHECK(!d.feature_name.empty(), kInvalidArgument, "'", spec, "' holds no feature array");
   }
   d.features = arrays.at(d.feature_name);
-  OMT_CHECK(!d.labels.defined() || d.labels.numel() == d.features.dim(0), kInvalidArgument, "'",
-            spec, "': ", d.features.dim(0), " samples but ", d.labels.numel(), " labels");
+  OMT_CHECK(d.features.rank() >= 1, kInvalidArgument, "'", spec, "': feature array '", d.feature_name, "' is ",
+            d.features.describe(), "; features need the samples along dimension 0");
+  if (arrays.has(labels_name)) {
+    d.label_name = labels_name;
+    d.labels = read_labels(arrays.at(labels_name), labels_name, spec, d.features.dim(0), d.feature_name);
+  }
   return d;
 }
 
@@ -202,6 +221,46 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reu
     if (i + kAhead < rows.size())
       for (size_t b = 0; b < row; b += kLine) __builtin_prefetch(src + rows[i + kAhead] * row + b);
     std::memcpy(dst + i * row, src + rows[i] * row, row);
+  }
+  return out;
+}
+
+Tensor prepare_targets(const Tensor& targets, const ValueInfo& output, DType dtype, const std::string& what) {
+  OMT_CHECK(targets.rank() >= 1, kInvalidArgument, what, " is a scalar (", targets.describe(),
+            "); targets need the samples along dimension 0");
+  OMT_CHECK(dtype_is_float(targets.dtype()) || dtype_is_integer(targets.dtype()), kInvalidArgument, what, " is ",
+            targets.describe(), "; regression targets must be numbers. Convert the array to ", dtype_name(dtype), ".");
+  const int64_t n = targets.dim(0);
+  Shape target = targets.shape();
+  if (output.shape && !output.shape->empty()) {
+    Shape sample;
+    bool known = true;
+    for (size_t d = 1; d < output.shape->size(); ++d) {
+      known = known && (*output.shape)[d].is_fixed();
+      sample.push_back((*output.shape)[d].value);
+    }
+    if (known) {
+      const int64_t want = shape_numel(sample);
+      const int64_t have = n ? targets.numel() / n : shape_numel(Shape(target.begin() + 1, target.end()));
+      OMT_CHECK(want == have, kInvalidArgument, what, " has samples of ", shape_str(Shape(target.begin() + 1, target.end())),
+                " (", have, " values) but the model output '", output.name, "' is ", output.shape_str(), " (", want,
+                " values per sample); the loss compares them element by element. Use targets shaped like the "
+                "output, or pick the output with --model-output.");
+      target = {n};
+      target.insert(target.end(), sample.begin(), sample.end());
+    }
+  }
+  if (targets.dtype() == dtype) return targets.reshaped(target);
+  OMT_CHECK(dtype == DType::kFloat32 || dtype == DType::kFloat64, kInvalidArgument, "the model output '",
+            output.name, "' is ", dtype_name(dtype), "; regression targets are converted to float32 or float64 only");
+  Tensor out = Tensor::empty(dtype, target);
+  const int64_t total = targets.numel();
+  if (dtype == DType::kFloat32) {
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < total; ++i) dst[i] = static_cast<float>(targets.value_as_double(i));
+  } else {
+    double* dst = out.data<double>();
+    for (int64_t i = 0; i < total; ++i) dst[i] = targets.value_as_double(i);
   }
   return out;
 }

@@ -1,5 +1,6 @@
-// Labelled data sets for predict/eval/train: features and int64 labels, from NPZ/NPY files,
-// IDX file pairs, or the name `fashion-mnist` (Debian's dataset-fashion-mnist, as shipped).
+// Labelled data sets for predict/eval/train: features and either int64 class labels or float
+// regression targets, from NPZ/NPY files, IDX file pairs, or the name `fashion-mnist`
+// (Debian's dataset-fashion-mnist, as shipped). The label array's dtype decides which.
 #pragma once
 
 #include <string>
@@ -13,9 +14,13 @@ namespace omt {
 struct Dataset {
   std::string source;
   std::string feature_name;  // the array's name in the file ("images" for IDX)
+  std::string label_name;    // the label array's name ("labels" for IDX)
   Tensor features;           // [N, ...] as stored (uint8 images stay uint8 until prepared)
-  Tensor labels;             // int64 [N], or undefined when the data has none
+  // Integer arrays are class labels: int64 [N]. Float arrays are regression targets, kept as
+  // stored: [N, ...] of any trailing shape. Undefined when the data has none.
+  Tensor labels;
   int64_t size() const { return features.defined() ? features.dim(0) : 0; }
+  bool has_float_targets() const { return labels.defined() && dtype_is_float(labels.dtype()); }
 };
 
 // Where the Fashion-MNIST files live: $OMT_FASHION_MNIST_DIR or the Debian package's folder.
@@ -23,7 +28,9 @@ std::string fashion_mnist_dir();
 
 // SPEC: "fashion-mnist" or "fashion-mnist:train" / "fashion-mnist:test";
 // "IMAGES.idx[.gz],LABELS.idx[.gz]"; or an .npz with the feature array and a label array
-// named `labels_name` (feature array: `features_name`, or the only other array).
+// named `labels_name` (feature array: `features_name`, or the only other array). Integer
+// labels must hold one per sample ([N] or [N,1]); float targets need N along dimension 0.
+// kInvalidArgument naming the file, the arrays, their shapes and dtypes otherwise.
 Dataset load_dataset(const std::string& spec, const std::string& labels_name = "labels",
                      const std::string& features_name = "");
 
@@ -63,5 +70,12 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reu
 // [N,1,28,28] or [N,784]) when the element counts agree. kInvalidArgument otherwise, saying
 // which shapes clash and how to fix it.
 Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Preprocess& pre);
+
+// Regression targets converted for a loss on model output `output`: values as `dtype` (the
+// output's; integer targets are converted by value too), each sample reshaped to the output's
+// per-sample shape when that is fully known and the element counts agree (so [N] targets fit
+// a [batch,1] output instead of broadcasting). kInvalidArgument when the counts differ,
+// naming `what` (the array and its file), both shapes and the fix.
+Tensor prepare_targets(const Tensor& targets, const ValueInfo& output, DType dtype, const std::string& what);
 
 }  // namespace omt

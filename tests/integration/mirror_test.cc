@@ -28,6 +28,7 @@ const ModelCase kCases[] = {
     {"tests/reference/mlp_op17.onnx", "softmax_cross_entropy", {12}, 5, {}},
     {"models/cnn.onnx", "softmax_cross_entropy", {1, 28, 28}, 10, {}},
     {"tests/reference/transformer_op17.onnx", "mse", {5, 8}, 0, {5, 8}},
+    {"tests/reference/regression_op17.onnx", "l1", {6}, 0, {1}},
 };
 
 struct Data {
@@ -135,7 +136,7 @@ TEST_P(Mirroring, ReplicaCountDoesNotChangeTheUpdate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Mirroring,
-                         ::testing::Combine(::testing::Values(0, 1, 2),
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
                                             ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdam)));
 
 }  // namespace

@@ -1,5 +1,8 @@
-// NPY/NPZ round trips, numpy-written archives, IDX (Fashion-MNIST) and data-set preparation.
+// NPY/NPZ round trips, numpy-written archives, IDX (Fashion-MNIST), data-set preparation, and
+// label arrays: integers are class labels, floats regression targets of any trailing shape.
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "common/file_util.h"
 #include "runtime/data/dataset.h"
@@ -123,6 +126,85 @@ TEST(Dataset, FeatureSourceGathersPreparedRows) {
   }
   ValueInfo wrong{"input", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{3, ""}, Dim{32, ""}, Dim{32, ""}}};
   EXPECT_THROW(FeatureSource(raw, wrong, pre), Error);
+}
+
+// Writes `arrays` to DIR/name and returns the path.
+std::string npz(const test::TempDir& dir, const std::string& name, const NamedTensors& arrays) {
+  write_npz(dir.file(name), arrays);
+  return dir.file(name);
+}
+
+void expect_invalid(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' in " << e.what();
+  }
+}
+
+TEST(Dataset, FloatTargetsOfAnyShapeAreKeptAsRegressionTargets) {
+  test::TempDir dir;
+  NamedTensors arrays;
+  arrays.set("x", Tensor::zeros(DType::kFloat32, {6, 5, 8}));
+  arrays.set("y", Tensor::from_vector<float>(std::vector<float>(6 * 5 * 8, 0.5f), {6, 5, 8}));
+  const Dataset seq = load_dataset(npz(dir, "seq.npz", arrays), "y");
+  EXPECT_EQ(seq.feature_name, "x");
+  EXPECT_EQ(seq.label_name, "y");
+  EXPECT_TRUE(seq.has_float_targets());
+  EXPECT_TRUE(test::tensors_identical(seq.labels, arrays.at("y")));
+
+  arrays.set("y", Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {6}));  // float64 stays float64
+  const Dataset f64 = load_dataset(npz(dir, "f64.npz", arrays), "y");
+  EXPECT_EQ(f64.labels.dtype(), DType::kFloat64);
+  EXPECT_EQ(f64.labels.shape(), (Shape{6}));
+
+  arrays.set("y", Tensor::from_vector<int32_t>({0, 1, 2, 0, 1, 2}, {6, 1}));  // integers: class labels [N]
+  const Dataset classes = load_dataset(npz(dir, "classes.npz", arrays), "y");
+  EXPECT_FALSE(classes.has_float_targets());
+  EXPECT_EQ(classes.labels.dtype(), DType::kInt64);
+  EXPECT_EQ(classes.labels.shape(), (Shape{6}));
+  EXPECT_EQ(classes.labels.data<int64_t>()[2], 2);
+}
+
+TEST(Dataset, LabelArrayErrorsNameTheFileArraysShapesAndFix) {
+  test::TempDir dir;
+  auto with_labels = [&](const std::string& name, const Tensor& y) {
+    NamedTensors arrays;
+    arrays.set("x", Tensor::zeros(DType::kFloat32, {6, 4}));
+    arrays.set("y", y);
+    return npz(dir, name, arrays);
+  };
+  const std::string short_targets = with_labels("short.npz", Tensor::zeros(DType::kFloat32, {5, 3}));
+  expect_invalid([&] { load_dataset(short_targets, "y"); },
+                 {"short.npz", "'y'", "float32[5,3]", "5 samples", "'x'", "6 samples", "dimension 0"});
+  const std::string scalar = with_labels("scalar.npz", Tensor::scalar<float>(1.f));
+  expect_invalid([&] { load_dataset(scalar, "y"); }, {"scalar.npz", "'y'", "scalar", "[6, ...]"});
+  const std::string wide = with_labels("wide.npz", Tensor::zeros(DType::kInt64, {6, 2}));
+  expect_invalid([&] { load_dataset(wide, "y"); },
+                 {"wide.npz", "'y'", "int64[6,2]", "one per sample", "astype(np.float32)"});
+  const std::string flags = with_labels("bool.npz", Tensor::from_vector<bool>(std::vector<bool>(6, true), {6}));
+  expect_invalid([&] { load_dataset(flags, "y"); }, {"bool.npz", "'y'", "bool", "integer class indices or float"});
+}
+
+TEST(Dataset, PrepareTargetsFitsTheModelOutput) {
+  const ValueInfo column{"output", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{1, ""}}};
+  const Tensor flat = Tensor::from_vector<float>({1, 2, 3}, {3});
+  const Tensor y = prepare_targets(flat, column, DType::kFloat32, "targets");
+  EXPECT_EQ(y.shape(), (Shape{3, 1}));  // [N] fits [batch,1] instead of broadcasting to [N,N]
+  const Tensor ints = prepare_targets(Tensor::from_vector<int64_t>({4, 5, 6}, {3}), column, DType::kFloat32, "t");
+  EXPECT_EQ(ints.dtype(), DType::kFloat32);
+  EXPECT_FLOAT_EQ(ints.data<float>()[2], 6.f);
+  const ValueInfo seq{"output", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{5, ""}, Dim{8, ""}}};
+  const Tensor wide = Tensor::zeros(DType::kFloat64, {2, 40});
+  const Tensor shaped = prepare_targets(wide, seq, DType::kFloat32, "targets");
+  EXPECT_EQ(shaped.shape(), (Shape{2, 5, 8}));
+  EXPECT_EQ(shaped.dtype(), DType::kFloat32);
+  expect_invalid([&] { prepare_targets(Tensor::zeros(DType::kFloat32, {2, 5, 7}), seq, DType::kFloat32, "array 'y' in 'd.npz'"); },
+                 {"array 'y' in 'd.npz'", "[5,7]", "35 values", "'output'", "[batch,5,8]", "40 values"});
+  const ValueInfo open{"output", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{-1, "seq"}}};
+  EXPECT_EQ(prepare_targets(Tensor::zeros(DType::kFloat32, {2, 7}), open, DType::kFloat32, "t").shape(), (Shape{2, 7}));
 }
 
 }  // namespace
