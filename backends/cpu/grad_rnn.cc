@@ -4,19 +4,18 @@
 // dX, dW, dR and dB are then a few GEMMs over all steps at once. Gate activations are
 // differentiated from their outputs, so Sigmoid, Tanh and Relu are supported.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/rnn_attrs.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/rnn_attrs.h"
 
 namespace omt::cpu {
 namespace {
 
-enum class Act { kSigmoid, kTanh, kRelu };
+using Act = RecurrentActKind;  // only kSigmoid, kTanh, kRelu (parse_recurrent_grad_activations)
 
 template <class T>
 inline T act_apply(Act a, T v) {
@@ -24,8 +23,8 @@ inline T act_apply(Act a, T v) {
     case Act::kSigmoid: return T(1) / (T(1) + std::exp(-v));
     case Act::kTanh: return std::tanh(v);
     case Act::kRelu: return v > T(0) ? v : T(0);
+    default: return v;
   }
-  return v;
 }
 
 // d act / d x, given y = act(x). Relu'(0) = 0 as in PyTorch.
@@ -35,23 +34,14 @@ inline T act_deriv(Act a, T y) {
     case Act::kSigmoid: return y * (T(1) - y);
     case Act::kTanh: return T(1) - y * y;
     case Act::kRelu: return y > T(0) ? T(1) : T(0);
+    default: return T(1);
   }
-  return T(1);
 }
 
 // Gate activations whose derivative the backward kernel knows.
 std::vector<Act> parse_activations(const KernelInfo& info, const std::vector<std::string>& names) {
   std::vector<Act> out;
-  for (const std::string& raw : names) {
-    std::string n = raw;
-    for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (n == "sigmoid") out.push_back(Act::kSigmoid);
-    else if (n == "tanh") out.push_back(Act::kTanh);
-    else if (n == "relu") out.push_back(Act::kRelu);
-    else
-      OMT_FAIL(kUnsupported, info.where(), ": no gradient for activation '", raw,
-               "' (Sigmoid, Tanh and Relu are supported)");
-  }
+  for (const RecurrentActivation& a : parse_recurrent_grad_activations(info, names)) out.push_back(a.kind);
   return out;
 }
 
@@ -87,15 +77,15 @@ T* sized(std::vector<T>& v, int64_t n) {
 
 class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
  public:
-  RecurrentGradKernel(const KernelInfo& info, Cell cell)
+  RecurrentGradKernel(const KernelInfo& info, RecurrentCell cell)
       : RecurrentAttrs(info, cell),
         info_(info),
         cell_(cell),
         acts_(parse_activations(info, activation_names_)) {
-    const int expected_inputs = cell == Cell::kLstm ? 11 : 8;
+    const int expected_inputs = cell == RecurrentCell::kLstm ? 11 : 8;
     OMT_CHECK(info.num_inputs == expected_inputs, kModel, info.where(), ": expected ",
               expected_inputs, " inputs (the forward inputs, then dY, dY_h",
-              cell == Cell::kLstm ? ", dY_c" : "", "), got ", info.num_inputs);
+              cell == RecurrentCell::kLstm ? ", dY_c" : "", "), got ", info.num_inputs);
   }
 
   void compute(KernelContext& ctx) override {
@@ -123,7 +113,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
 
   template <class T>
   void run(KernelContext& ctx, Workspace<T>& w) {
-    const bool lstm = cell_ == Cell::kLstm;
+    const bool lstm = cell_ == RecurrentCell::kLstm;
     const Tensor& x = ctx.in(0);
     const Tensor& wt = ctx.in(1);
     const Tensor& rt = ctx.in(2);
@@ -232,7 +222,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
                    dw + d * gh * in_size, in_size);
       if (dr) {
         T* dr_d = dr + d * gh * hs;
-        if (cell_ == Cell::kGru && !lbr_) {
+        if (cell_ == RecurrentCell::kGru && !lbr_) {
           gemm(true, false, 2 * hs, hs, rows, T(1), w.da.data(), gh, w.hprev.data(), hs, T(0),
                dr_d, hs);
           gemm(true, false, hs, hs, rows, T(1), w.da.data() + 2 * hs, gh, w.aux.data(), hs, T(0),
@@ -275,7 +265,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
   // The recurrent product's gradient: differs from da only for GRU with linear_before_reset.
   template <class T>
   T* drec(Workspace<T>& w) const {
-    return cell_ == Cell::kGru && lbr_ ? w.drec.data() : w.da.data();
+    return cell_ == RecurrentCell::kGru && lbr_ ? w.drec.data() : w.da.data();
   }
 
   template <class T>
@@ -303,9 +293,9 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     T* gates = sized(w.gates, seq * batch * gh);
     T* pre = clip_ > 0.f ? sized(w.pre, seq * batch * gh) : nullptr;
     T* hprev = sized(w.hprev, sbh);
-    T* cprev = cell_ == Cell::kLstm ? sized(w.cprev, sbh) : nullptr;
-    T* cnew = cell_ == Cell::kLstm ? sized(w.cnew, sbh) : nullptr;
-    T* aux = cell_ == Cell::kGru ? sized(w.aux, sbh) : nullptr;
+    T* cprev = cell_ == RecurrentCell::kLstm ? sized(w.cprev, sbh) : nullptr;
+    T* cnew = cell_ == RecurrentCell::kLstm ? sized(w.cnew, sbh) : nullptr;
+    T* aux = cell_ == RecurrentCell::kGru ? sized(w.aux, sbh) : nullptr;
     T* hr = sized(w.hr, batch * gh);
     T* h = sized(w.dhn, batch * hs);  // the running state (dhn is free until the backward)
     T* c = sized(w.dcn, batch * hs);
@@ -336,12 +326,12 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
       T* hp = hprev + t * batch * hs;
       std::copy(h, h + batch * hs, hp);
       if (cprev) std::copy(c, c + batch * hs, cprev + t * batch * hs);
-      if (cell_ == Cell::kGru && !lbr_) {
+      if (cell_ == RecurrentCell::kGru && !lbr_) {
         gemm(false, true, batch, 2 * hs, hs, T(1), h, hs, dir.r, hs, T(0), hr, gh);
       } else {
         gemm(false, true, batch, gh, hs, T(1), h, hs, dir.r, hs, T(0), hr, gh);
       }
-      if (cell_ == Cell::kGru) {
+      if (cell_ == RecurrentCell::kGru) {
         T* a = aux + t * batch * hs;
         for (int64_t b = 0; b < batch; ++b) {
           T* gb = g + b * gh;
@@ -363,11 +353,11 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
         T* pb = p ? p + b * gh : nullptr;
         const T* hb = hr + b * gh;
         T* h_b = h + b * hs;
-        if (cell_ == Cell::kRnn) {
+        if (cell_ == RecurrentCell::kRnn) {
           for (int64_t j = 0; j < hs; ++j) gb[j] += hb[j];
           clip_keep(gb, pb, hs);
           for (int64_t j = 0; j < hs; ++j) h_b[j] = gb[j] = act_apply(f, gb[j]);
-        } else if (cell_ == Cell::kGru) {
+        } else if (cell_ == RecurrentCell::kGru) {
           T* hg = gb + 2 * hs;
           if (lbr_) {
             const T* a = aux + (t * batch + b) * hs;
@@ -421,13 +411,13 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
   void backward(const Direction<T>& dir, Workspace<T>& w) const {
     const int64_t seq = dir.seq, batch = dir.batch, hs = dir.hs, gh = gates_ * hs, D = dir.D;
     T* da_all = sized(w.da, seq * batch * gh);
-    T* drec_all = cell_ == Cell::kGru && lbr_ ? sized(w.drec, seq * batch * gh) : da_all;
+    T* drec_all = cell_ == RecurrentCell::kGru && lbr_ ? sized(w.drec, seq * batch * gh) : da_all;
     T* dh = sized(w.dh, batch * hs);
     T* dhn = sized(w.dhn, batch * hs);
     T* dc = sized(w.dc, batch * hs);
     T* dcn = sized(w.dcn, batch * hs);
     T* drh = sized(w.drh, batch * hs);
-    T* dp = cell_ == Cell::kLstm ? sized(w.dp, 3 * hs) : nullptr;
+    T* dp = cell_ == RecurrentCell::kLstm ? sized(w.dp, 3 * hs) : nullptr;
     if (dp) std::fill(dp, dp + 3 * hs, T(0));
     if (dir.dy_h) std::copy(dir.dy_h, dir.dy_h + batch * hs, dh);
     else std::fill(dh, dh + batch * hs, T(0));
@@ -456,7 +446,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
           std::fill(dab, dab + gh, T(0));
           if (dre != da) std::fill(dre + b * gh, dre + (b + 1) * gh, T(0));
           std::copy(dhb, dhb + hs, dhnb);
-          if (cell_ == Cell::kLstm) std::copy(dc + b * hs, dc + (b + 1) * hs, dcn + b * hs);
+          if (cell_ == RecurrentCell::kLstm) std::copy(dc + b * hs, dc + (b + 1) * hs, dcn + b * hs);
           continue;
         }
         if (dir.dy) {
@@ -466,12 +456,12 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
         const T* gb = g + b * gh;
         const T* pb = p ? p + b * gh : nullptr;
         const T* hpb = hp + b * hs;
-        if (cell_ == Cell::kRnn) {
+        if (cell_ == RecurrentCell::kRnn) {
           for (int64_t j = 0; j < hs; ++j) {
             dab[j] = dhb[j] * act_deriv(f, gb[j]) * clip_mask(pb, j);
             dhnb[j] = T(0);
           }
-        } else if (cell_ == Cell::kGru) {
+        } else if (cell_ == RecurrentCell::kGru) {
           const T* z = gb;
           const T* r = gb + hs;
           const T* n = gb + 2 * hs;
@@ -529,7 +519,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
           }
         }
       }
-      if (cell_ == Cell::kGru && !lbr_) {
+      if (cell_ == RecurrentCell::kGru && !lbr_) {
         // d(r*h_prev) = da_h Rh; then the reset gate and the h_prev it multiplies.
         gemm(false, false, batch, hs, hs, T(1), da + 2 * hs, gh, dir.r + 2 * hs * hs, hs, T(0), drh, hs);
         for (int64_t b = 0; b < batch; ++b) {
@@ -550,15 +540,15 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
         gemm(false, false, batch, hs, gh, T(1), dre, gh, dir.r, hs, T(1), dhn, hs);
       }
       std::swap(dh, dhn);
-      if (cell_ == Cell::kLstm) std::swap(dc, dcn);
+      if (cell_ == RecurrentCell::kLstm) std::swap(dc, dcn);
     }
     // Leave the results where run() reads them.
     if (dh != w.dh.data()) std::copy(dh, dh + batch * hs, w.dh.data());
-    if (cell_ == Cell::kLstm && dc != w.dc.data()) std::copy(dc, dc + batch * hs, w.dc.data());
+    if (cell_ == RecurrentCell::kLstm && dc != w.dc.data()) std::copy(dc, dc + batch * hs, w.dc.data());
   }
 
   KernelInfo info_;
-  Cell cell_;
+  RecurrentCell cell_;
   std::vector<Act> acts_;
   std::vector<int64_t> lens_;
   Workspace<float> ws_f_;
@@ -566,13 +556,13 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
 };
 
 struct RnnGradKernel : RecurrentGradKernel {
-  explicit RnnGradKernel(const KernelInfo& info) : RecurrentGradKernel(info, Cell::kRnn) {}
+  explicit RnnGradKernel(const KernelInfo& info) : RecurrentGradKernel(info, RecurrentCell::kRnn) {}
 };
 struct GruGradKernel : RecurrentGradKernel {
-  explicit GruGradKernel(const KernelInfo& info) : RecurrentGradKernel(info, Cell::kGru) {}
+  explicit GruGradKernel(const KernelInfo& info) : RecurrentGradKernel(info, RecurrentCell::kGru) {}
 };
 struct LstmGradKernel : RecurrentGradKernel {
-  explicit LstmGradKernel(const KernelInfo& info) : RecurrentGradKernel(info, Cell::kLstm) {}
+  explicit LstmGradKernel(const KernelInfo& info) : RecurrentGradKernel(info, RecurrentCell::kLstm) {}
 };
 
 }  // namespace

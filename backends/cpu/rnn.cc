@@ -3,116 +3,55 @@
 // activation functions). Each direction does one GEMM for the input projection of all time
 // steps, then per step one GEMM (two for GRU without linear_before_reset) for the recurrence.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/rnn_attrs.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/rnn_attrs.h"
 
 namespace omt::cpu {
 namespace {
 
-
-enum class ActKind {
-  kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid,
-  kElu, kSoftsign, kSoftplus
-};
-
-struct Activation {
-  ActKind kind = ActKind::kTanh;
-  float alpha = 0.f, beta = 0.f;
-
-  template <class T>
-  void apply(T* v, int64_t n) const {
-    const T a = static_cast<T>(alpha), b = static_cast<T>(beta);
-    switch (kind) {
-      case ActKind::kSigmoid:
-        for (int64_t i = 0; i < n; ++i) v[i] = T(1) / (T(1) + std::exp(-v[i]));
-        break;
-      case ActKind::kTanh:
-        for (int64_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
-        break;
-      case ActKind::kRelu:
-        for (int64_t i = 0; i < n; ++i) v[i] = v[i] > T(0) ? v[i] : T(0);
-        break;
-      case ActKind::kAffine:
-        for (int64_t i = 0; i < n; ++i) v[i] = a * v[i] + b;
-        break;
-      case ActKind::kLeakyRelu:
-        for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= T(0) ? v[i] : a * v[i];
-        break;
-      case ActKind::kThresholdedRelu:
-        for (int64_t i = 0; i < n; ++i) v[i] = v[i] > a ? v[i] : T(0);
-        break;
-      case ActKind::kScaledTanh:
-        for (int64_t i = 0; i < n; ++i) v[i] = a * std::tanh(b * v[i]);
-        break;
-      case ActKind::kHardSigmoid:
-        for (int64_t i = 0; i < n; ++i) v[i] = std::max(T(0), std::min(T(1), a * v[i] + b));
-        break;
-      case ActKind::kElu:
-        for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= T(0) ? v[i] : a * (std::exp(v[i]) - T(1));
-        break;
-      case ActKind::kSoftsign:
-        for (int64_t i = 0; i < n; ++i) v[i] = v[i] / (T(1) + std::abs(v[i]));
-        break;
-      case ActKind::kSoftplus:
-        for (int64_t i = 0; i < n; ++i) v[i] = std::log1p(std::exp(v[i]));
-        break;
-    }
+// One activation applied in place to n values.
+template <class T>
+void apply(const RecurrentActivation& act, T* v, int64_t n) {
+  const T a = static_cast<T>(act.alpha), b = static_cast<T>(act.beta);
+  switch (act.kind) {
+    case RecurrentActKind::kSigmoid:
+      for (int64_t i = 0; i < n; ++i) v[i] = T(1) / (T(1) + std::exp(-v[i]));
+      break;
+    case RecurrentActKind::kTanh:
+      for (int64_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
+      break;
+    case RecurrentActKind::kRelu:
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] > T(0) ? v[i] : T(0);
+      break;
+    case RecurrentActKind::kAffine:
+      for (int64_t i = 0; i < n; ++i) v[i] = a * v[i] + b;
+      break;
+    case RecurrentActKind::kLeakyRelu:
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= T(0) ? v[i] : a * v[i];
+      break;
+    case RecurrentActKind::kThresholdedRelu:
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] > a ? v[i] : T(0);
+      break;
+    case RecurrentActKind::kScaledTanh:
+      for (int64_t i = 0; i < n; ++i) v[i] = a * std::tanh(b * v[i]);
+      break;
+    case RecurrentActKind::kHardSigmoid:
+      for (int64_t i = 0; i < n; ++i) v[i] = std::max(T(0), std::min(T(1), a * v[i] + b));
+      break;
+    case RecurrentActKind::kElu:
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= T(0) ? v[i] : a * (std::exp(v[i]) - T(1));
+      break;
+    case RecurrentActKind::kSoftsign:
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] / (T(1) + std::abs(v[i]));
+      break;
+    case RecurrentActKind::kSoftplus:
+      for (int64_t i = 0; i < n; ++i) v[i] = std::log1p(std::exp(v[i]));
+      break;
   }
-};
-
-// Parses the activations attribute; alpha/beta are consumed in order by the activations that
-// take them (ONNX's rule), with the usual defaults when the lists run short.
-std::vector<Activation> parse_activations(const KernelInfo& info, const std::vector<std::string>& names) {
-  const std::vector<float> alphas = info.attr().get_floats("activation_alpha");
-  const std::vector<float> betas = info.attr().get_floats("activation_beta");
-  size_t ai = 0, bi = 0;
-  auto next = [](const std::vector<float>& v, size_t& i, float fallback) {
-    return i < v.size() ? v[i++] : fallback;
-  };
-  std::vector<Activation> out;
-  for (const std::string& raw : names) {
-    std::string n = raw;
-    for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    Activation a;
-    if (n == "sigmoid") a.kind = ActKind::kSigmoid;
-    else if (n == "tanh") a.kind = ActKind::kTanh;
-    else if (n == "relu") a.kind = ActKind::kRelu;
-    else if (n == "softsign") a.kind = ActKind::kSoftsign;
-    else if (n == "softplus") a.kind = ActKind::kSoftplus;
-    else if (n == "affine") {
-      a.kind = ActKind::kAffine;
-      a.alpha = next(alphas, ai, 1.f);
-      a.beta = next(betas, bi, 0.f);
-    } else if (n == "leakyrelu") {
-      a.kind = ActKind::kLeakyRelu;
-      a.alpha = next(alphas, ai, 0.01f);
-    } else if (n == "thresholdedrelu") {
-      a.kind = ActKind::kThresholdedRelu;
-      a.alpha = next(alphas, ai, 1.f);
-    } else if (n == "scaledtanh") {
-      a.kind = ActKind::kScaledTanh;
-      a.alpha = next(alphas, ai, 1.f);
-      a.beta = next(betas, bi, 1.f);
-    } else if (n == "hardsigmoid") {
-      a.kind = ActKind::kHardSigmoid;
-      a.alpha = next(alphas, ai, 0.2f);
-      a.beta = next(betas, bi, 0.5f);
-    } else if (n == "elu") {
-      a.kind = ActKind::kElu;
-      a.alpha = next(alphas, ai, 1.f);
-    } else {
-      OMT_FAIL(kUnsupported, info.where(), ": activation '", raw, "' is not supported (Sigmoid, "
-               "Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, "
-               "Softsign, Softplus are)");
-    }
-    out.push_back(a);
-  }
-  return out;
 }
 
 template <class T>
@@ -124,11 +63,11 @@ void clip_values(T* v, int64_t n, float clip) {
 
 class RecurrentKernel : public OpKernel, private RecurrentAttrs {
  public:
-  RecurrentKernel(const KernelInfo& info, Cell cell)
+  RecurrentKernel(const KernelInfo& info, RecurrentCell cell)
       : RecurrentAttrs(info, cell),
         info_(info),
         cell_(cell),
-        acts_(parse_activations(info, activation_names_)) {}
+        acts_(parse_recurrent_activations(info, activation_names_)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
@@ -161,8 +100,8 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
     const Tensor* bias = opt(ctx, 3);
     const Tensor* seq_lens = opt(ctx, 4);
     const Tensor* init_h = opt(ctx, 5);
-    const Tensor* init_c = cell_ == Cell::kLstm ? opt(ctx, 6) : nullptr;
-    const Tensor* peep = cell_ == Cell::kLstm ? opt(ctx, 7) : nullptr;
+    const Tensor* init_c = cell_ == RecurrentCell::kLstm ? opt(ctx, 6) : nullptr;
+    const Tensor* peep = cell_ == RecurrentCell::kLstm ? opt(ctx, 7) : nullptr;
     OMT_CHECK(x.rank() == 3 && w.rank() == 3 && r.rank() == 3, kModel, info_.where(),
               ": X, W and R must be 3-D, got ", x.describe(), ", ", w.describe(), ", ", r.describe());
     for (const Tensor* t : {&w, &r, bias, init_h, init_c, peep})
@@ -239,7 +178,7 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
       else swap01(s.data(), p, D, batch, hs);
     };
     write_state(1, h_last);
-    if (cell_ == Cell::kLstm) write_state(2, c_last);
+    if (cell_ == RecurrentCell::kLstm) write_state(2, c_last);
   }
 
   template <class T>
@@ -248,7 +187,7 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
                      const T* h0, const T* c0, const std::vector<int64_t>& lens, T* y, T* h_out,
                      T* c_out, int64_t D) const {
     const int64_t gh = gates_ * hs;
-    const Activation* act = &acts_[static_cast<size_t>(d) * (gates_ == 1 ? 1 : gates_ == 3 ? 2 : 3)];
+    const RecurrentActivation* act = &acts_[static_cast<size_t>(d) * (gates_ == 1 ? 1 : gates_ == 3 ? 2 : 3)];
     // Input projection of every step, plus the biases that sit outside the recurrence.
     std::vector<T> xw(static_cast<size_t>(seq * batch * gh));
     gemm(false, true, seq * batch, gh, in_size, T(1), x, in_size, w, in_size, T(0), xw.data(), gh);
@@ -272,19 +211,19 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
     for (int64_t step = 0; step < seq; ++step) {
       const int64_t t = rev ? seq - 1 - step : step;
       T* g = xw.data() + t * batch * gh;
-      if (cell_ == Cell::kGru && !lbr_) {
+      if (cell_ == RecurrentCell::kGru && !lbr_) {
         gemm(false, true, batch, 2 * hs, hs, T(1), h.data(), hs, r, hs, T(0), hr.data(), gh);
       } else {
         gemm(false, true, batch, gh, hs, T(1), h.data(), hs, r, hs, T(0), hr.data(), gh);
       }
-      if (cell_ == Cell::kGru) {
+      if (cell_ == RecurrentCell::kGru) {
         // z and r gates for every row (the h gate of linear_before_reset=0 needs all of r).
         for (int64_t b = 0; b < batch; ++b) {
           T* gb = g + b * gh;
           const T* hb = hr.data() + b * gh;
           for (int64_t j = 0; j < 2 * hs; ++j) gb[j] += hb[j];
           clip_values(gb, 2 * hs, clip_);
-          act[0].apply(gb, 2 * hs);
+          apply(act[0], gb, 2 * hs);
           if (!lbr_)
             for (int64_t j = 0; j < hs; ++j) rh[b * hs + j] = gb[hs + j] * h[b * hs + j];
         }
@@ -298,12 +237,12 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
         T* gb = g + b * gh;
         const T* hb = hr.data() + b * gh;
         T* hs_b = h.data() + b * hs;
-        if (cell_ == Cell::kRnn) {
+        if (cell_ == RecurrentCell::kRnn) {
           for (int64_t j = 0; j < hs; ++j) gb[j] += hb[j];
           clip_values(gb, hs, clip_);
-          act[0].apply(gb, hs);
+          apply(act[0], gb, hs);
           std::copy(gb, gb + hs, hs_b);
-        } else if (cell_ == Cell::kGru) {
+        } else if (cell_ == RecurrentCell::kGru) {
           T* hg = gb + 2 * hs;
           const T* hh = hb + 2 * hs;
           if (lbr_) {
@@ -313,7 +252,7 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
             for (int64_t j = 0; j < hs; ++j) hg[j] += hh[j];
           }
           clip_values(hg, hs, clip_);
-          act[1].apply(hg, hs);
+          apply(act[1], hg, hs);
           for (int64_t j = 0; j < hs; ++j) hs_b[j] = (T(1) - gb[j]) * hg[j] + gb[j] * hs_b[j];
         } else {
           for (int64_t j = 0; j < gh; ++j) gb[j] += hb[j];
@@ -330,20 +269,20 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
           clip_values(ig, hs, clip_);
           clip_values(fg, hs, clip_);
           clip_values(cg, hs, clip_);
-          act[0].apply(ig, hs);
+          apply(act[0], ig, hs);
           if (input_forget_) {
             for (int64_t j = 0; j < hs; ++j) fg[j] = T(1) - ig[j];
           } else {
-            act[0].apply(fg, hs);
+            apply(act[0], fg, hs);
           }
-          act[1].apply(cg, hs);
+          apply(act[1], cg, hs);
           for (int64_t j = 0; j < hs; ++j) cb[j] = fg[j] * cb[j] + ig[j] * cg[j];
           if (peep)
             for (int64_t j = 0; j < hs; ++j) og[j] += peep[hs + j] * cb[j];
           clip_values(og, hs, clip_);
-          act[0].apply(og, hs);
+          apply(act[0], og, hs);
           std::copy(cb, cb + hs, tmp.begin());
-          act[2].apply(tmp.data(), hs);
+          apply(act[2], tmp.data(), hs);
           for (int64_t j = 0; j < hs; ++j) hs_b[j] = og[j] * tmp[j];
         }
         std::copy(hs_b, hs_b + hs, yb);
@@ -354,18 +293,18 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
   }
 
   KernelInfo info_;
-  Cell cell_;
-  std::vector<Activation> acts_;
+  RecurrentCell cell_;
+  std::vector<RecurrentActivation> acts_;
 };
 
 struct RnnKernel : RecurrentKernel {
-  explicit RnnKernel(const KernelInfo& info) : RecurrentKernel(info, Cell::kRnn) {}
+  explicit RnnKernel(const KernelInfo& info) : RecurrentKernel(info, RecurrentCell::kRnn) {}
 };
 struct GruKernel : RecurrentKernel {
-  explicit GruKernel(const KernelInfo& info) : RecurrentKernel(info, Cell::kGru) {}
+  explicit GruKernel(const KernelInfo& info) : RecurrentKernel(info, RecurrentCell::kGru) {}
 };
 struct LstmKernel : RecurrentKernel {
-  explicit LstmKernel(const KernelInfo& info) : RecurrentKernel(info, Cell::kLstm) {}
+  explicit LstmKernel(const KernelInfo& info) : RecurrentKernel(info, RecurrentCell::kLstm) {}
 };
 
 }  // namespace

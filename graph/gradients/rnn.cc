@@ -1,7 +1,8 @@
 // Gradient rules of RNN, GRU and LSTM: backward through time in one fused
 // com.onnx-mirror:<Op>Grad node that recomputes the forward pass. Inputs: the forward inputs
 // (absent ones as "") then the output gradients (dY, dY_h[, dY_c], "" when nothing reads that
-// output); outputs dX, dW, dR, dB, d_initial_h[, d_initial_c, dP] (kernel: backends/cpu/grad_rnn.cc).
+// output); outputs dX, dW, dR, dB, d_initial_h[, d_initial_c, dP] (kernels:
+// backends/cpu/grad_rnn.cc, backends/cuda/rnn.cu).
 #include <cctype>
 
 #include "graph/gradient.h"

@@ -1,0 +1,1014 @@
+// RNN, GRU and LSTM on the GPU, and their backward through time (com.onnx-mirror RNNGrad,
+// GRUGrad, LSTMGrad), side by side and step for step the arithmetic of backends/cpu/rnn.cc and
+// backends/cpu/grad_rnn.cc: same attributes (backends/rnn_attrs.h), same checks, layout 0
+// inside. cuBLAS does the input projection of all steps at once and the recurrent GEMMs of
+// each step; one thread per (batch row, hidden unit) does a step's gates. All device scratch
+// is one arena block per run (Note [caching arena]); nothing waits on the host.
+#include <climits>
+#include <type_traits>
+#include <utility>
+
+#include "backends/cuda/cuda_kernels.cuh"
+#include "backends/rnn_attrs.h"
+
+namespace omt::cuda {
+namespace {
+
+// Gate activations and options of one direction, passed to the step kernels by value.
+struct CellConfig {
+  RecurrentActivation f, g, h;  // gates (f), cell/hidden candidate (g), LSTM output (h)
+  float clip = 0.f;             // 0: no clipping
+  bool lbr = false;             // GRU linear_before_reset
+  bool input_forget = false;    // LSTM input_forget
+};
+
+// Offset of Y[t, d, b, j] (dY in the backward) in the op's layout.
+struct YIndex {
+  int64_t layout = 0, seq = 0, D = 1, d = 0, batch = 0, hs = 0;
+  __device__ __forceinline__ int64_t at(int64_t t, int64_t b, int64_t j) const {
+    return (layout == 0 ? (t * D + d) * batch + b : (b * seq + t) * D + d) * hs + j;
+  }
+};
+
+// One step's operands of the forward recurrence. Rows are batch entries, gates have
+// G * hs columns in ONNX order (RNN: -, GRU: z r h, LSTM: i o f c).
+template <class T>
+struct FwdStep {
+  int64_t batch = 0, hs = 0, t = 0;
+  const int64_t* lens = nullptr;  // [batch]; null: every sequence has all steps
+  T* g = nullptr;                 // [batch, G*hs] x W^T + b in, activated gates out
+  const T* hr = nullptr;          // [batch, G*hs] h_prev R^T (GRU lbr 0: h columns (r*h_prev) Rh^T)
+  T* h = nullptr;                 // [batch, hs] running hidden state
+  T* c = nullptr;                 // [batch, hs] running cell state (LSTM)
+  T* aux = nullptr;               // GRU [batch, hs]: r*h_prev (lbr 0) or h_prev Rh^T + Rbh (lbr 1)
+  const T* peep = nullptr;        // LSTM [3*hs] P of this direction (i, o, f), or null
+  const T* rbh = nullptr;         // GRU lbr 1: Rb of the h gate, or null
+  T* pre = nullptr;               // [batch, G*hs] pre-clip values (recorded when clip > 0)
+  T* cnew = nullptr;              // LSTM [batch, hs] cell state leaving the step (recorded)
+  T* y = nullptr;                 // Y, or null
+  YIndex yi;
+  CellConfig cfg;
+  __device__ __forceinline__ bool past_end(int64_t b) const { return lens != nullptr && t >= lens[b]; }
+};
+
+// One step's operands of the backward recurrence (the recorded forward values of step t).
+template <class T>
+struct BwdStep {
+  int64_t batch = 0, hs = 0, t = 0;
+  const int64_t* lens = nullptr;
+  const T* g = nullptr;       // [batch, G*hs] activated gates
+  const T* pre = nullptr;     // [batch, G*hs] pre-clip values (clip > 0 only)
+  const T* hprev = nullptr;   // [batch, hs] state entering the step
+  const T* cprev = nullptr;   // LSTM [batch, hs]
+  const T* cnew = nullptr;    // LSTM [batch, hs]
+  const T* aux = nullptr;     // GRU [batch, hs]
+  const T* peep = nullptr;    // LSTM [3*hs], or null
+  const T* dh = nullptr;      // [batch, hs] d state leaving the step (without dY)
+  T* dhn = nullptr;           // [batch, hs] d state entering the step (GEMM part added later)
+  const T* dc = nullptr;      // LSTM
+  T* dcn = nullptr;           // LSTM
+  const T* drh = nullptr;     // GRU lbr 0: [batch, hs] d(r*h_prev)
+  T* da = nullptr;            // [batch, G*hs] d pre-activation
+  T* drec = nullptr;          // [batch, G*hs] d recurrent product (== da except GRU lbr 1)
+  const T* dy = nullptr;      // dY in the op's layout, or null
+  YIndex yi;
+  CellConfig cfg;
+  __device__ __forceinline__ bool past_end(int64_t b) const { return lens != nullptr && t >= lens[b]; }
+};
+
+// ================================== kernels ==================================
+
+template <class T>
+__device__ __forceinline__ T act_apply(const RecurrentActivation& f, T v) {
+  const T a = static_cast<T>(f.alpha), b = static_cast<T>(f.beta);
+  switch (f.kind) {
+    case RecurrentActKind::kSigmoid: return T(1) / (T(1) + exp(-v));
+    case RecurrentActKind::kTanh: return tanh(v);
+    case RecurrentActKind::kRelu: return v > T(0) ? v : T(0);
+    case RecurrentActKind::kAffine: return a * v + b;
+    case RecurrentActKind::kLeakyRelu: return v >= T(0) ? v : a * v;
+    case RecurrentActKind::kThresholdedRelu: return v > a ? v : T(0);
+    case RecurrentActKind::kScaledTanh: return a * tanh(b * v);
+    case RecurrentActKind::kHardSigmoid: {
+      const T u = a * v + b;
+      const T lo = u < T(1) ? u : T(1);  // std::min(1, u)
+      return T(0) < lo ? lo : T(0);       // std::max(0, lo)
+    }
+    case RecurrentActKind::kElu: return v >= T(0) ? v : a * (exp(v) - T(1));
+    case RecurrentActKind::kSoftsign: return v / (T(1) + fabs(v));
+    case RecurrentActKind::kSoftplus: return log1p(exp(v));
+  }
+  return v;
+}
+
+// d act / d x from y = act(x), for the activations the backward accepts. Relu'(0) = 0.
+template <class T>
+__device__ __forceinline__ T act_deriv(const RecurrentActivation& f, T y) {
+  switch (f.kind) {
+    case RecurrentActKind::kSigmoid: return y * (T(1) - y);
+    case RecurrentActKind::kTanh: return T(1) - y * y;
+    case RecurrentActKind::kRelu: return y > T(0) ? T(1) : T(0);
+    default: return T(1);
+  }
+}
+
+// std::max(-clip, std::min(clip, v)) as the CPU computes it (NaN clips to +clip).
+template <class T>
+__device__ __forceinline__ T clip_value(T v, float clip) {
+  if (clip <= 0.f) return v;
+  const T c = static_cast<T>(clip);
+  const T lo = v < c ? v : c;
+  return -c < lo ? lo : -c;
+}
+
+// Gradient mask of the clip: it passes where -clip <= pre <= clip.
+template <class T>
+__device__ __forceinline__ T clip_mask(const T* pre, int64_t i, float clip) {
+  if (clip <= 0.f) return T(1);
+  return fabs(pre[i]) <= static_cast<T>(clip) ? T(1) : T(0);
+}
+
+// [a, b, c] -> [b, a, c] (layout 1 <-> 0).
+template <class T>
+__global__ void swap01_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t a, int64_t b, int64_t c) {
+  OMT_GRID_STRIDE(s, a * b * c) {
+    const int64_t i = s / (b * c), rem = s - i * b * c, j = rem / c, k = rem - j * c;
+    dst[(j * a + i) * c + k] = src[s];
+  }
+}
+
+// gates[i, j] += b[j] with b = Wb + Rb, except Wb alone for the h gate under linear_before_reset.
+template <class T>
+__global__ void add_bias_kernel(T* __restrict__ gates, const T* __restrict__ bias, int64_t rows, int64_t gh,
+                                int64_t hs, bool lbr) {
+  OMT_GRID_STRIDE(i, rows * gh) {
+    const int64_t j = i % gh;
+    const T b = lbr && j >= 2 * hs ? bias[j] : bias[j] + bias[gh + j];
+    gates[i] += b;
+  }
+}
+
+// out[j] = sum over rows i, in order, of a[i*lda + j] (times b[i*ldb + j] when b is given).
+template <class T>
+__global__ void column_sum_kernel(const T* __restrict__ a, int64_t lda, const T* __restrict__ b, int64_t ldb,
+                                  int64_t rows, int64_t cols, T* __restrict__ out) {
+  OMT_GRID_STRIDE(j, cols) {
+    T s = T(0);
+    for (int64_t i = 0; i < rows; ++i) s += b ? a[i * lda + j] * b[i * ldb + j] : a[i * lda + j];
+    out[j] = s;
+  }
+}
+
+template <class T>
+__global__ void rnn_step_kernel(FwdStep<T> s) {
+  const int64_t hs = s.hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs, k = b * hs + j;  // G = 1: gate column = j
+    if (s.past_end(b)) continue;  // past this sequence's end: Y stays 0, state unchanged
+    T v = s.g[k] + s.hr[k];
+    if (s.pre) s.pre[k] = v;
+    v = act_apply(s.cfg.f, clip_value(v, s.cfg.clip));
+    s.g[k] = v;
+    s.h[i] = v;
+    if (s.y) s.y[s.yi.at(s.t, b, j)] = v;
+  }
+}
+
+// GRU z and r gates of every row (the h gate of lbr 0 needs all of r*h_prev), and aux.
+template <class T>
+__global__ void gru_gates_kernel(FwdStep<T> s) {
+  const int64_t hs = s.hs, gh = 3 * hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs;
+    T* gb = s.g + b * gh;
+    const T* hb = s.hr + b * gh;
+    for (int64_t col = j; col < 2 * hs; col += hs) {
+      const T v = gb[col] + hb[col];
+      if (s.pre) s.pre[b * gh + col] = v;
+      gb[col] = act_apply(s.cfg.f, clip_value(v, s.cfg.clip));
+    }
+    if (s.cfg.lbr) s.aux[i] = hb[2 * hs + j] + (s.rbh ? s.rbh[j] : T(0));
+    else s.aux[i] = gb[hs + j] * s.h[i];
+  }
+}
+
+// GRU h gate and new state, once hr holds the h gate's recurrent product.
+template <class T>
+__global__ void gru_state_kernel(FwdStep<T> s) {
+  const int64_t hs = s.hs, gh = 3 * hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs;
+    if (s.past_end(b)) continue;
+    T* gb = s.g + b * gh;
+    T v = gb[2 * hs + j];
+    if (s.cfg.lbr) v += gb[hs + j] * s.aux[i];
+    else v += s.hr[b * gh + 2 * hs + j];
+    if (s.pre) s.pre[b * gh + 2 * hs + j] = v;
+    v = act_apply(s.cfg.g, clip_value(v, s.cfg.clip));
+    gb[2 * hs + j] = v;
+    const T hn = (T(1) - gb[j]) * v + gb[j] * s.h[i];
+    s.h[i] = hn;
+    if (s.y) s.y[s.yi.at(s.t, b, j)] = hn;
+  }
+}
+
+template <class T>
+__global__ void lstm_step_kernel(FwdStep<T> s) {
+  const int64_t hs = s.hs, gh = 4 * hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs;
+    if (s.past_end(b)) {
+      if (s.cnew) s.cnew[i] = s.c[i];  // recorded finite: the backward multiplies it by dA = 0
+      continue;
+    }
+    T* gb = s.g + b * gh;
+    const T* hb = s.hr + b * gh;
+    T ig = gb[j] + hb[j];
+    T og = gb[hs + j] + hb[hs + j];
+    T fg = gb[2 * hs + j] + hb[2 * hs + j];
+    T cg = gb[3 * hs + j] + hb[3 * hs + j];
+    const T cp = s.c[i];
+    if (s.peep) {
+      ig += s.peep[j] * cp;
+      fg += s.peep[2 * hs + j] * cp;
+    }
+    if (s.pre) {
+      s.pre[b * gh + j] = ig;
+      s.pre[b * gh + 2 * hs + j] = fg;
+      s.pre[b * gh + 3 * hs + j] = cg;
+    }
+    ig = act_apply(s.cfg.f, clip_value(ig, s.cfg.clip));
+    fg = s.cfg.input_forget ? T(1) - ig : act_apply(s.cfg.f, clip_value(fg, s.cfg.clip));
+    cg = act_apply(s.cfg.g, clip_value(cg, s.cfg.clip));
+    const T cn = fg * cp + ig * cg;
+    if (s.peep) og += s.peep[hs + j] * cn;
+    if (s.pre) s.pre[b * gh + hs + j] = og;
+    og = act_apply(s.cfg.f, clip_value(og, s.cfg.clip));
+    gb[j] = ig;
+    gb[hs + j] = og;
+    gb[2 * hs + j] = fg;
+    gb[3 * hs + j] = cg;
+    s.c[i] = cn;
+    if (s.cnew) s.cnew[i] = cn;
+    const T hn = og * act_apply(s.cfg.h, cn);
+    s.h[i] = hn;
+    if (s.y) s.y[s.yi.at(s.t, b, j)] = hn;
+  }
+}
+
+// A row past its sequence's end: no gate gradient, the state's gradient passes through.
+template <class T>
+__device__ __forceinline__ void bwd_pass_through(const BwdStep<T>& s, int64_t i, int64_t b, int64_t j, int gates) {
+  const int64_t gh = gates * s.hs;
+  for (int k = 0; k < gates; ++k) {
+    s.da[b * gh + k * s.hs + j] = T(0);
+    s.drec[b * gh + k * s.hs + j] = T(0);
+  }
+  s.dhn[i] = s.dh[i];
+  if (s.dcn) s.dcn[i] = s.dc[i];
+}
+
+template <class T>
+__global__ void rnn_bwd_kernel(BwdStep<T> s) {
+  const int64_t hs = s.hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs, k = b * hs + j;
+    if (s.past_end(b)) {
+      bwd_pass_through(s, i, b, j, 1);
+      continue;
+    }
+    const T dh = s.dy ? s.dh[i] + s.dy[s.yi.at(s.t, b, j)] : s.dh[i];
+    s.da[k] = dh * act_deriv(s.cfg.f, s.g[k]) * clip_mask(s.pre, k, s.cfg.clip);
+    s.dhn[i] = T(0);
+  }
+}
+
+// GRU: dA of z and h (and of r, and dRec, under lbr 1); lbr 0 finishes r in gru_reset_bwd_kernel.
+template <class T>
+__global__ void gru_bwd_kernel(BwdStep<T> s) {
+  const int64_t hs = s.hs, gh = 3 * hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs, row = b * gh;
+    if (s.past_end(b)) {
+      bwd_pass_through(s, i, b, j, 3);
+      continue;
+    }
+    const T dh = s.dy ? s.dh[i] + s.dy[s.yi.at(s.t, b, j)] : s.dh[i];
+    const T z = s.g[row + j], r = s.g[row + hs + j], n = s.g[row + 2 * hs + j];
+    const T dn = dh * (T(1) - z);
+    const T dz = dh * (s.hprev[i] - n);
+    s.dhn[i] = dh * z;
+    s.da[row + j] = dz * act_deriv(s.cfg.f, z) * clip_mask(s.pre, row + j, s.cfg.clip);
+    const T dan = dn * act_deriv(s.cfg.g, n) * clip_mask(s.pre, row + 2 * hs + j, s.cfg.clip);
+    s.da[row + 2 * hs + j] = dan;
+    if (s.cfg.lbr) {
+      s.da[row + hs + j] = dan * s.aux[i] * act_deriv(s.cfg.f, r) * clip_mask(s.pre, row + hs + j, s.cfg.clip);
+      s.drec[row + j] = s.da[row + j];
+      s.drec[row + hs + j] = s.da[row + hs + j];
+      s.drec[row + 2 * hs + j] = dan * r;
+    }
+  }
+}
+
+// GRU lbr 0, given drh = d(r*h_prev) = dA_h Rh: the reset gate and the h_prev it multiplies.
+template <class T>
+__global__ void gru_reset_bwd_kernel(BwdStep<T> s) {
+  const int64_t hs = s.hs, gh = 3 * hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs, row = b * gh;
+    if (s.past_end(b)) continue;
+    const T r = s.g[row + hs + j];
+    s.da[row + hs + j] = s.drh[i] * s.hprev[i] * act_deriv(s.cfg.f, r) * clip_mask(s.pre, row + hs + j, s.cfg.clip);
+    s.dhn[i] += s.drh[i] * r;
+  }
+}
+
+template <class T>
+__global__ void lstm_bwd_kernel(BwdStep<T> s) {
+  const int64_t hs = s.hs, gh = 4 * hs;
+  OMT_GRID_STRIDE(i, s.batch * hs) {
+    const int64_t b = i / hs, j = i - b * hs, row = b * gh;
+    if (s.past_end(b)) {
+      bwd_pass_through(s, i, b, j, 4);
+      continue;
+    }
+    const T dh = s.dy ? s.dh[i] + s.dy[s.yi.at(s.t, b, j)] : s.dh[i];
+    const T ig = s.g[row + j], og = s.g[row + hs + j], fg = s.g[row + 2 * hs + j], cg = s.g[row + 3 * hs + j];
+    const T cn = s.cnew[i], cp = s.cprev[i];
+    const T tc = act_apply(s.cfg.h, cn);
+    const T dao = dh * tc * act_deriv(s.cfg.f, og) * clip_mask(s.pre, row + hs + j, s.cfg.clip);
+    T dc = s.dc[i] + dh * og * act_deriv(s.cfg.h, tc);
+    if (s.peep) dc += dao * s.peep[hs + j];
+    const T df = dc * cp;
+    const T di = dc * cg - (s.cfg.input_forget ? df : T(0));
+    const T dai = di * act_deriv(s.cfg.f, ig) * clip_mask(s.pre, row + j, s.cfg.clip);
+    const T daf = s.cfg.input_forget
+                      ? T(0)
+                      : df * act_deriv(s.cfg.f, fg) * clip_mask(s.pre, row + 2 * hs + j, s.cfg.clip);
+    const T dac = dc * ig * act_deriv(s.cfg.g, cg) * clip_mask(s.pre, row + 3 * hs + j, s.cfg.clip);
+    s.da[row + j] = dai;
+    s.da[row + hs + j] = dao;
+    s.da[row + 2 * hs + j] = daf;
+    s.da[row + 3 * hs + j] = dac;
+    T dcp = dc * fg;
+    if (s.peep) dcp += dai * s.peep[j] + daf * s.peep[2 * hs + j];
+    s.dcn[i] = dcp;
+    s.dhn[i] = T(0);
+  }
+}
+
+// ================================== launchers ==================================
+
+int to_int(int64_t v, const std::string& where) {
+  OMT_CHECK(v >= 0 && v <= INT_MAX, kUnsupported, where, ": a GEMM dimension of ", v,
+            " exceeds cuBLAS's 32-bit limit; split the batch or use --device cpu");
+  return static_cast<int>(v);
+}
+
+// Row-major C[m,n] (leading dimension ldc) = alpha op(A) op(B) + beta C, the CPU backend's
+// gemm() signature: ta means A is stored [k,m] (lda its row length), tb that B is stored [n,k].
+// Column-major cuBLAS computes C^T = op(B)^T op(A)^T on the same memory. K = 0 leaves beta C
+// (beta is 0 or 1 here).
+template <class T>
+void gemm(CudaContext& cu, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc, const std::string& where) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == T(0))
+      OMT_CUDA_CHECK(cudaMemset2DAsync(c, static_cast<size_t>(ldc) * sizeof(T), 0,
+                                       static_cast<size_t>(n) * sizeof(T), static_cast<size_t>(m), cu.stream()));
+    return;
+  }
+  const int M = to_int(m, where), N = to_int(n, where), K = to_int(k, where);
+  const int LDA = to_int(lda, where), LDB = to_int(ldb, where), LDC = to_int(ldc, where);
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if constexpr (std::is_same_v<T, float>)
+    OMT_CUBLAS_CHECK(cublasSgemm(cu.cublas(), opb, opa, N, M, K, &alpha, b, LDB, a, LDA, &beta, c, LDC));
+  else
+    OMT_CUBLAS_CHECK(cublasDgemm(cu.cublas(), opb, opa, N, M, K, &alpha, b, LDB, a, LDA, &beta, c, LDC));
+}
+
+template <class T>
+void swap01(cudaStream_t stream, const T* src, T* dst, int64_t a, int64_t b, int64_t c) {
+  if (a * b * c == 0) return;
+  swap01_kernel<T><<<blocks_for(a * b * c), kThreads, 0, stream>>>(src, dst, a, b, c);
+  OMT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void copy_async(cudaStream_t stream, T* dst, const T* src, int64_t n) {
+  if (n == 0) return;
+  OMT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+}
+
+template <class T>
+void zero_async(cudaStream_t stream, T* dst, int64_t n) {
+  if (n == 0) return;
+  OMT_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n) * sizeof(T), stream));
+}
+
+template <class T>
+void column_sum(cudaStream_t stream, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t rows, int64_t cols,
+                T* out) {
+  if (cols == 0) return;
+  column_sum_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(a, lda, b, ldb, rows, cols, out);
+  OMT_CUDA_CHECK_LAUNCH();
+}
+
+template <class S>
+void launch_step(void (*kernel)(S), cudaStream_t stream, const S& s) {
+  kernel<<<blocks_for(s.batch * s.hs), kThreads, 0, stream>>>(s);
+  OMT_CUDA_CHECK_LAUNCH();
+}
+
+// Carves one device block into aligned arrays. A first pass over a null base only sums the
+// sizes; the second hands out pointers into the block.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <class T>
+  T* take(int64_t n) {
+    const size_t at = (used_ + 255) / 256 * 256;
+    used_ = at + static_cast<size_t>(n) * sizeof(T);
+    return base_ ? reinterpret_cast<T*>(base_ + at) : nullptr;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+// ================================== kernel classes ==================================
+
+struct Dims {
+  int64_t seq = 0, batch = 0, in = 0, hs = 0, gh = 0, D = 1;
+  Shape state;  // [D, batch, hs] (layout 0) or [batch, D, hs] (layout 1)
+};
+
+// One direction's weights and initial states (layout 0, device).
+template <class T>
+struct DirInputs {
+  int64_t d = 0;
+  bool rev = false;
+  const T *x = nullptr, *w = nullptr, *r = nullptr, *bias = nullptr, *peep = nullptr;
+  const T *h0 = nullptr, *c0 = nullptr;
+  const int64_t* lens = nullptr;
+};
+
+// The forward recurrence's device buffers of one direction. With the record pointers set it
+// keeps what the backward needs (backends/cpu/grad_rnn.cc's forward()).
+template <class T>
+struct FwdWork {
+  T* gates = nullptr;        // [seq, batch, G*hs]
+  T* hr = nullptr;           // [batch, G*hs]
+  T* aux = nullptr;          // GRU: [batch, hs], or [seq, batch, hs] when aux_stride != 0
+  int64_t aux_stride = 0;    // elements between steps of aux
+  T* h = nullptr;            // [batch, hs]
+  T* c = nullptr;            // LSTM [batch, hs]
+  T* pre = nullptr;          // recorded [seq, batch, G*hs] when clip > 0
+  T* hprev = nullptr;        // recorded [seq, batch, hs]
+  T* cprev = nullptr;        // recorded LSTM [seq, batch, hs]
+  T* cnew = nullptr;         // recorded LSTM [seq, batch, hs]
+};
+
+class RecurrentBase : public CudaKernel, protected RecurrentAttrs {
+ public:
+  RecurrentBase(const KernelInfo& info, CudaContext& cu, RecurrentCell cell, bool grad)
+      : CudaKernel(info, cu),
+        RecurrentAttrs(info, cell),
+        cell_(cell),
+        acts_(grad ? parse_recurrent_grad_activations(info, activation_names_)
+                   : parse_recurrent_activations(info, activation_names_)) {}
+
+  // sequence_lens is validated on the host, as on the CPU.
+  InputPlace input_place(int i) const override { return i == 4 ? InputPlace::kHost : InputPlace::kDevice; }
+
+ protected:
+  bool lstm() const { return cell_ == RecurrentCell::kLstm; }
+
+  const Tensor* opt(const KernelContext& ctx, int i) const {
+    const Tensor* t = optional_input(ctx, i);
+    return t && t->numel() > 0 ? t : nullptr;
+  }
+
+  void check_shape(const Tensor& t, const Shape& want, const char* what) const {
+    OMT_CHECK(t.shape() == want, kModel, where(), ": ", what, " is ", shape_str(t.shape()), ", expected ",
+              shape_str(want));
+  }
+
+  // The checks of the CPU kernels on X, W, R, B, P, the initial states and sequence_lens.
+  Dims check_inputs(const KernelContext& ctx, std::vector<int64_t>& lens, bool& have_lens) const {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor& r = ctx.in(2);
+    const Tensor* bias = opt(ctx, 3);
+    const Tensor* seq_lens = opt(ctx, 4);
+    const Tensor* init_h = opt(ctx, 5);
+    const Tensor* init_c = lstm() ? opt(ctx, 6) : nullptr;
+    const Tensor* peep = lstm() ? opt(ctx, 7) : nullptr;
+    OMT_CHECK(x.rank() == 3 && w.rank() == 3 && r.rank() == 3, kModel, where(), ": X, W and R must be 3-D, got ",
+              x.describe(), ", ", w.describe(), ", ", r.describe());
+    for (const Tensor* t : {&w, &r, bias, init_h, init_c, peep})
+      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, where(), ": ", t->describe(), " does not match X's dtype ",
+                dtype_name(x.dtype()));
+    Dims dm;
+    dm.seq = layout_ == 0 ? x.dim(0) : x.dim(1);
+    dm.batch = layout_ == 0 ? x.dim(1) : x.dim(0);
+    dm.in = x.dim(2);
+    dm.hs = r.dim(2);
+    dm.gh = gates_ * dm.hs;
+    dm.D = dirs_;
+    OMT_CHECK(hidden_size_ == 0 || hidden_size_ == dm.hs, kModel, where(), ": hidden_size ", hidden_size_,
+              " does not match R ", shape_str(r.shape()));
+    check_shape(w, {dm.D, dm.gh, dm.in}, "W");
+    check_shape(r, {dm.D, dm.gh, dm.hs}, "R");
+    if (bias) check_shape(*bias, {dm.D, 2 * dm.gh}, "B");
+    if (peep) check_shape(*peep, {dm.D, 3 * dm.hs}, "P");
+    dm.state = layout_ == 0 ? Shape{dm.D, dm.batch, dm.hs} : Shape{dm.batch, dm.D, dm.hs};
+    if (init_h) check_shape(*init_h, dm.state, "initial_h");
+    if (init_c) check_shape(*init_c, dm.state, "initial_c");
+    have_lens = seq_lens != nullptr;
+    lens.assign(static_cast<size_t>(dm.batch), dm.seq);
+    if (seq_lens) {
+      check_shape(*seq_lens, {dm.batch}, "sequence_lens");
+      lens = seq_lens->to_int64_vector();
+      for (int64_t l : lens)
+        OMT_CHECK(l >= 0 && l <= dm.seq, kModel, where(), ": sequence_lens value ", l, " is outside [0, ", dm.seq,
+                  "]");
+    }
+    return dm;
+  }
+
+  CellConfig config(int64_t d) const {
+    const RecurrentActivation* act = &acts_[static_cast<size_t>(d * per_dir_)];
+    CellConfig cfg;
+    cfg.f = act[0];
+    cfg.g = gates_ > 1 ? act[1] : act[0];
+    cfg.h = gates_ > 3 ? act[2] : act[0];
+    cfg.clip = clip_;
+    cfg.lbr = lbr_;
+    cfg.input_forget = input_forget_;
+    return cfg;
+  }
+
+  // The forward recurrence of one direction (backends/cpu/rnn.cc's run_direction); writes Y
+  // when y is given and leaves the final states in work.h and work.c.
+  template <class T>
+  void forward_direction(const Dims& dm, const DirInputs<T>& in, const FwdWork<T>& wk, T* y) {
+    const cudaStream_t st = stream();
+    const std::string& at = where();  // built once, not per GEMM
+    const int64_t seq = dm.seq, batch = dm.batch, hs = dm.hs, gh = dm.gh, bh = batch * hs;
+    // Input projection of every step, plus the biases that sit outside the recurrence.
+    gemm<T>(cu_, false, true, seq * batch, gh, dm.in, T(1), in.x, dm.in, in.w, dm.in, T(0), wk.gates, gh, at);
+    if (in.bias && seq * batch * gh > 0) {
+      add_bias_kernel<T><<<blocks_for(seq * batch * gh), kThreads, 0, st>>>(wk.gates, in.bias, seq * batch, gh,
+                                                                            hs, lbr_);
+      OMT_CUDA_CHECK_LAUNCH();
+    }
+    if (in.h0) copy_async(st, wk.h, in.h0, bh);
+    else zero_async(st, wk.h, bh);
+    if (lstm()) {
+      if (in.c0) copy_async(st, wk.c, in.c0, bh);
+      else zero_async(st, wk.c, bh);
+    }
+    FwdStep<T> s;
+    s.batch = batch;
+    s.hs = hs;
+    s.lens = in.lens;
+    s.h = wk.h;
+    s.c = wk.c;
+    s.peep = in.peep;
+    s.rbh = in.bias && lbr_ ? in.bias + gh + 2 * hs : nullptr;
+    s.y = y;
+    s.yi = YIndex{layout_, seq, dm.D, in.d, batch, hs};
+    s.cfg = config(in.d);
+    s.hr = wk.hr;
+    const bool gru_lbr0 = cell_ == RecurrentCell::kGru && !lbr_;
+    for (int64_t step = 0; step < seq; ++step) {
+      const int64_t t = in.rev ? seq - 1 - step : step;
+      s.t = t;
+      s.g = wk.gates + t * batch * gh;
+      s.pre = wk.pre ? wk.pre + t * batch * gh : nullptr;
+      s.cnew = wk.cnew ? wk.cnew + t * bh : nullptr;
+      s.aux = wk.aux ? wk.aux + t * wk.aux_stride : nullptr;
+      if (wk.hprev) copy_async(st, wk.hprev + t * bh, wk.h, bh);
+      if (wk.cprev) copy_async(st, wk.cprev + t * bh, wk.c, bh);
+      gemm<T>(cu_, false, true, batch, gru_lbr0 ? 2 * hs : gh, hs, T(1), wk.h, hs, in.r, hs, T(0), wk.hr, gh, at);
+      if (cell_ == RecurrentCell::kRnn) {
+        launch_step(rnn_step_kernel<T>, st, s);
+      } else if (cell_ == RecurrentCell::kGru) {
+        launch_step(gru_gates_kernel<T>, st, s);
+        if (gru_lbr0)
+          gemm<T>(cu_, false, true, batch, hs, hs, T(1), s.aux, hs, in.r + 2 * hs * hs, hs, T(0), wk.hr + 2 * hs, gh,
+                  at);
+        launch_step(gru_state_kernel<T>, st, s);
+      } else {
+        launch_step(lstm_step_kernel<T>, st, s);
+      }
+    }
+  }
+
+  // Device copy of sequence_lens (null when absent), in the run's scratch.
+  const int64_t* upload_lens(const std::vector<int64_t>& lens, bool have_lens, int64_t* dst) {
+    if (!have_lens) return nullptr;
+    cu_.upload(lens.data(), dst, lens.size() * sizeof(int64_t));  // (staged: lens may go now)
+    return dst;
+  }
+
+  RecurrentCell cell_;
+  std::vector<RecurrentActivation> acts_;
+};
+
+class RecurrentKernel : public RecurrentBase {
+ public:
+  RecurrentKernel(const KernelInfo& info, CudaContext& cu, RecurrentCell cell)
+      : RecurrentBase(info, cu, cell, /*grad=*/false) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), run<T>(ctx));
+  }
+
+ private:
+  template <class T>
+  struct Buffers {
+    T *x = nullptr, *h0 = nullptr, *c0 = nullptr;  // layout-0 copies of layout-1 inputs
+    T *h_last = nullptr, *c_last = nullptr;         // [D, batch, hs]
+    int64_t* lens = nullptr;
+    FwdWork<T> wk;
+  };
+
+  template <class T>
+  Buffers<T> carve(Carver& cv, const Dims& dm) const {
+    const int64_t bh = dm.batch * dm.hs;
+    Buffers<T> b;
+    if (layout_ == 1) {
+      b.x = cv.take<T>(dm.seq * dm.batch * dm.in);
+      b.h0 = cv.take<T>(dm.D * bh);
+      b.c0 = cv.take<T>(dm.D * bh);
+    }
+    b.h_last = cv.take<T>(dm.D * bh);
+    b.c_last = cv.take<T>(dm.D * bh);
+    b.lens = cv.take<int64_t>(dm.batch);
+    b.wk.gates = cv.take<T>(dm.seq * dm.batch * dm.gh);
+    b.wk.hr = cv.take<T>(dm.batch * dm.gh);
+    if (cell_ == RecurrentCell::kGru) b.wk.aux = cv.take<T>(bh);
+    b.wk.h = cv.take<T>(bh);
+    if (lstm()) b.wk.c = cv.take<T>(bh);
+    return b;
+  }
+
+  template <class T>
+  void run(KernelContext& ctx) {
+    const Tensor& x = ctx.in(0);
+    std::vector<int64_t> lens;
+    bool have_lens = false;
+    const Dims dm = check_inputs(ctx, lens, have_lens);
+    const Tensor& w = ctx.in(1);
+    const Tensor& r = ctx.in(2);
+    const Tensor* bias = opt(ctx, 3);
+    const Tensor* init_h = opt(ctx, 5);
+    const Tensor* init_c = lstm() ? opt(ctx, 6) : nullptr;
+    const Tensor* peep = lstm() ? opt(ctx, 7) : nullptr;
+    const int64_t seq = dm.seq, batch = dm.batch, hs = dm.hs, gh = dm.gh, D = dm.D, bh = batch * hs;
+    const cudaStream_t st = stream();
+
+    Carver sizing(nullptr);
+    carve<T>(sizing, dm);
+    Tensor scratch = cu_.allocate(DType::kUInt8, {static_cast<int64_t>(sizing.used())});
+    Carver cv(static_cast<char*>(scratch.raw()));
+    const Buffers<T> buf = carve<T>(cv, dm);
+
+    // Work in layout 0: X [seq, batch, in], states [D, batch, hs]; Y is written in place.
+    const T* px = x.data<T>();
+    if (layout_ == 1) {
+      swap01(st, px, buf.x, batch, seq, dm.in);
+      px = buf.x;
+    }
+    auto state0 = [&](const Tensor* t, T* dst) -> const T* {
+      if (!t) return nullptr;
+      if (layout_ == 0) return t->data<T>();
+      swap01(st, t->data<T>(), dst, batch, D, hs);
+      return dst;
+    };
+    const T* h0 = state0(init_h, buf.h0);
+    const T* c0 = state0(init_c, buf.c0);
+    const int64_t* dlens = upload_lens(lens, have_lens, buf.lens);
+
+    T* y = nullptr;
+    if (wanted(ctx, 0)) {
+      const Shape ys = layout_ == 0 ? Shape{seq, D, batch, hs} : Shape{batch, seq, D, hs};
+      Tensor& yt = ctx.output(0, x.dtype(), ys);
+      y = yt.data<T>();
+      zero_async(st, y, yt.numel());  // steps past a sequence's end stay 0
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      DirInputs<T> in;
+      in.d = d;
+      in.rev = reverse_ || d == 1;
+      in.x = px;
+      in.w = w.data<T>() + d * gh * dm.in;
+      in.r = r.data<T>() + d * gh * hs;
+      in.bias = bias ? bias->data<T>() + d * 2 * gh : nullptr;
+      in.peep = peep ? peep->data<T>() + d * 3 * hs : nullptr;
+      in.h0 = h0 ? h0 + d * bh : nullptr;
+      in.c0 = c0 ? c0 + d * bh : nullptr;
+      in.lens = dlens;
+      forward_direction(dm, in, buf.wk, y);
+      copy_async(st, buf.h_last + d * bh, buf.wk.h, bh);
+      if (lstm()) copy_async(st, buf.c_last + d * bh, buf.wk.c, bh);
+    }
+    auto write_state = [&](int i, const T* s) {
+      if (!wanted(ctx, i)) return;
+      T* p = ctx.output(i, x.dtype(), dm.state).template data<T>();
+      if (layout_ == 0) copy_async(st, p, s, D * bh);
+      else swap01(st, s, p, D, batch, hs);
+    };
+    write_state(1, buf.h_last);
+    if (lstm()) write_state(2, buf.c_last);
+  }
+};
+
+class RecurrentGradKernel : public RecurrentBase {
+ public:
+  RecurrentGradKernel(const KernelInfo& info, CudaContext& cu, RecurrentCell cell)
+      : RecurrentBase(info, cu, cell, /*grad=*/true) {
+    const int expected_inputs = cell == RecurrentCell::kLstm ? 11 : 8;
+    OMT_CHECK(info.num_inputs == expected_inputs, kModel, info.where(), ": expected ", expected_inputs,
+              " inputs (the forward inputs, then dY, dY_h", cell == RecurrentCell::kLstm ? ", dY_c" : "", "), got ",
+              info.num_inputs);
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), run<T>(ctx));
+  }
+
+ private:
+  template <class T>
+  struct Buffers {
+    T *x = nullptr, *h0 = nullptr, *c0 = nullptr, *dy_h = nullptr, *dy_c = nullptr;  // layout-0 copies
+    T *dx = nullptr, *dh0 = nullptr, *dc0 = nullptr;  // layout-0 results, when the outputs are layout 1
+    int64_t* lens = nullptr;
+    FwdWork<T> wk;
+    T* da = nullptr;    // [seq, batch, G*hs] d pre-activation
+    T* drec = nullptr;  // GRU lbr 1: [seq, batch, G*hs] d recurrent product (else da)
+    T *dh = nullptr, *dhn = nullptr, *dc = nullptr, *dcn = nullptr, *drh = nullptr;  // [batch, hs]
+  };
+
+  template <class T>
+  Buffers<T> carve(Carver& cv, const Dims& dm) const {
+    const int64_t bh = dm.batch * dm.hs, sbh = dm.seq * bh, sbg = dm.seq * dm.batch * dm.gh;
+    const bool gru = cell_ == RecurrentCell::kGru;
+    Buffers<T> b;
+    if (layout_ == 1) {
+      b.x = cv.take<T>(dm.seq * dm.batch * dm.in);
+      b.h0 = cv.take<T>(dm.D * bh);
+      b.c0 = cv.take<T>(dm.D * bh);
+      b.dy_h = cv.take<T>(dm.D * bh);
+      b.dy_c = cv.take<T>(dm.D * bh);
+      b.dx = cv.take<T>(dm.seq * dm.batch * dm.in);
+      b.dh0 = cv.take<T>(dm.D * bh);
+      b.dc0 = cv.take<T>(dm.D * bh);
+    }
+    b.lens = cv.take<int64_t>(dm.batch);
+    b.wk.gates = cv.take<T>(sbg);
+    b.wk.hr = cv.take<T>(dm.batch * dm.gh);
+    if (gru) {
+      b.wk.aux = cv.take<T>(sbh);
+      b.wk.aux_stride = bh;
+    }
+    b.wk.h = cv.take<T>(bh);
+    if (clip_ > 0.f) b.wk.pre = cv.take<T>(sbg);
+    b.wk.hprev = cv.take<T>(sbh);
+    if (lstm()) {
+      b.wk.c = cv.take<T>(bh);
+      b.wk.cprev = cv.take<T>(sbh);
+      b.wk.cnew = cv.take<T>(sbh);
+    }
+    b.da = cv.take<T>(sbg);
+    b.drec = gru && lbr_ ? cv.take<T>(sbg) : b.da;
+    b.dh = cv.take<T>(bh);
+    b.dhn = cv.take<T>(bh);
+    if (lstm()) {
+      b.dc = cv.take<T>(bh);
+      b.dcn = cv.take<T>(bh);
+    }
+    if (gru && !lbr_) b.drh = cv.take<T>(bh);
+    return b;
+  }
+
+  template <class T>
+  void run(KernelContext& ctx) {
+    const Tensor& x = ctx.in(0);
+    std::vector<int64_t> lens;
+    bool have_lens = false;
+    const Dims dm = check_inputs(ctx, lens, have_lens);
+    const Tensor& wt = ctx.in(1);
+    const Tensor& rt = ctx.in(2);
+    const Tensor* bias = opt(ctx, 3);
+    const Tensor* init_h = opt(ctx, 5);
+    const Tensor* init_c = lstm() ? opt(ctx, 6) : nullptr;
+    const Tensor* peep = lstm() ? opt(ctx, 7) : nullptr;
+    const int gbase = lstm() ? 8 : 6;
+    const Tensor* dy = opt(ctx, gbase);
+    const Tensor* dy_h = opt(ctx, gbase + 1);
+    const Tensor* dy_c = lstm() ? opt(ctx, gbase + 2) : nullptr;
+    for (const Tensor* t : {dy, dy_h, dy_c})
+      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, where(), ": ", t->describe(), " does not match X's dtype ",
+                dtype_name(x.dtype()));
+    const int64_t seq = dm.seq, batch = dm.batch, in_size = dm.in, hs = dm.hs, gh = dm.gh, D = dm.D;
+    const int64_t bh = batch * hs, rows = seq * batch;
+    if (dy) check_shape(*dy, layout_ == 0 ? Shape{seq, D, batch, hs} : Shape{batch, seq, D, hs}, "dY");
+    if (dy_h) check_shape(*dy_h, dm.state, "dY_h");
+    if (dy_c) check_shape(*dy_c, dm.state, "dY_c");
+    const cudaStream_t st = stream();
+
+    Carver sizing(nullptr);
+    carve<T>(sizing, dm);
+    Tensor scratch = cu_.allocate(DType::kUInt8, {static_cast<int64_t>(sizing.used())});
+    Carver cv(static_cast<char*>(scratch.raw()));
+    const Buffers<T> buf = carve<T>(cv, dm);
+
+    // Everything below works in layout 0: X [seq, batch, in], states [D, batch, hs].
+    const T* px = x.data<T>();
+    if (layout_ == 1) {
+      swap01(st, px, buf.x, batch, seq, in_size);
+      px = buf.x;
+    }
+    auto state0 = [&](const Tensor* t, T* dst) -> const T* {
+      if (!t) return nullptr;
+      if (layout_ == 0) return t->data<T>();
+      swap01(st, t->data<T>(), dst, batch, D, hs);
+      return dst;
+    };
+    const T* h0 = state0(init_h, buf.h0);
+    const T* c0 = state0(init_c, buf.c0);
+    const T* gy_h = state0(dy_h, buf.dy_h);
+    const T* gy_c = state0(dy_c, buf.dy_c);
+    const int64_t* dlens = upload_lens(lens, have_lens, buf.lens);
+
+    const DType dt = x.dtype();
+    T* dx_out = wanted(ctx, 0) ? ctx.output(0, dt, x.shape()).template data<T>() : nullptr;
+    T* dx = dx_out && layout_ == 1 ? buf.dx : dx_out;
+    T* dw = wanted(ctx, 1) ? ctx.output(1, dt, wt.shape()).template data<T>() : nullptr;
+    T* dr = wanted(ctx, 2) ? ctx.output(2, dt, rt.shape()).template data<T>() : nullptr;
+    T* db = wanted(ctx, 3) ? ctx.output(3, dt, {D, 2 * gh}).template data<T>() : nullptr;
+    T* dh0_out = wanted(ctx, 4) ? ctx.output(4, dt, dm.state).template data<T>() : nullptr;
+    T* dc0_out = lstm() && wanted(ctx, 5) ? ctx.output(5, dt, dm.state).template data<T>() : nullptr;
+    T* dp = lstm() && wanted(ctx, 6) ? ctx.output(6, dt, {D, 3 * hs}).template data<T>() : nullptr;
+    T* dh0 = dh0_out && layout_ == 1 ? buf.dh0 : dh0_out;
+    T* dc0 = dc0_out && layout_ == 1 ? buf.dc0 : dc0_out;
+
+    for (int64_t d = 0; d < D; ++d) {
+      DirInputs<T> in;
+      in.d = d;
+      in.rev = reverse_ || d == 1;
+      in.x = px;
+      in.w = wt.data<T>() + d * gh * in_size;
+      in.r = rt.data<T>() + d * gh * hs;
+      in.bias = bias ? bias->data<T>() + d * 2 * gh : nullptr;
+      in.peep = peep ? peep->data<T>() + d * 3 * hs : nullptr;
+      in.h0 = h0 ? h0 + d * bh : nullptr;
+      in.c0 = c0 ? c0 + d * bh : nullptr;
+      in.lens = dlens;
+      forward_direction<T>(dm, in, buf.wk, nullptr);
+      const T* dh_final = nullptr;
+      const T* dc_final = nullptr;
+      backward_direction<T>(dm, in, buf, dy ? dy->data<T>() : nullptr, gy_h ? gy_h + d * bh : nullptr,
+                            gy_c ? gy_c + d * bh : nullptr, dh_final, dc_final);
+
+      // Gradients of the inputs: GEMMs over all time steps at once.
+      const std::string& at = where();
+      const T* drec = buf.drec;
+      if (dx) gemm<T>(cu_, false, false, rows, in_size, gh, T(1), buf.da, gh, in.w, in_size, d == 0 ? T(0) : T(1), dx,
+                      in_size, at);
+      if (dw) gemm<T>(cu_, true, false, gh, in_size, rows, T(1), buf.da, gh, px, in_size, T(0), dw + d * gh * in_size,
+                      in_size, at);
+      if (dr) {
+        T* dr_d = dr + d * gh * hs;
+        if (cell_ == RecurrentCell::kGru && !lbr_) {
+          gemm<T>(cu_, true, false, 2 * hs, hs, rows, T(1), buf.da, gh, buf.wk.hprev, hs, T(0), dr_d, hs, at);
+          gemm<T>(cu_, true, false, hs, hs, rows, T(1), buf.da + 2 * hs, gh, buf.wk.aux, hs, T(0), dr_d + 2 * hs * hs,
+                  hs, at);
+        } else {
+          gemm<T>(cu_, true, false, gh, hs, rows, T(1), drec, gh, buf.wk.hprev, hs, T(0), dr_d, hs, at);
+        }
+      }
+      if (db) {
+        T* dwb = db + d * 2 * gh;
+        column_sum<T>(st, buf.da, gh, nullptr, 0, rows, gh, dwb);
+        column_sum<T>(st, drec, gh, nullptr, 0, rows, gh, dwb + gh);
+      }
+      if (dh0) copy_async(st, dh0 + d * bh, dh_final, bh);
+      if (dc0) copy_async(st, dc0 + d * bh, dc_final, bh);
+      if (dp) {
+        // dP_i = sum dA_i c_prev, dP_o = sum dA_o c_new, dP_f = sum dA_f c_prev over every step
+        // and row (rows past a sequence's end have dA = 0); 0 without peepholes.
+        T* dp_d = dp + d * 3 * hs;
+        if (in.peep) {
+          column_sum<T>(st, buf.da, gh, buf.wk.cprev, hs, rows, hs, dp_d);
+          column_sum<T>(st, buf.da + hs, gh, buf.wk.cnew, hs, rows, hs, dp_d + hs);
+          column_sum<T>(st, buf.da + 2 * hs, gh, buf.wk.cprev, hs, rows, hs, dp_d + 2 * hs);
+        } else {
+          zero_async(st, dp_d, 3 * hs);
+        }
+      }
+    }
+    if (dx_out && layout_ == 1) swap01(st, dx, dx_out, seq, batch, in_size);
+    if (dh0_out && layout_ == 1) swap01(st, dh0, dh0_out, D, batch, hs);
+    if (dc0_out && layout_ == 1) swap01(st, dc0, dc0_out, D, batch, hs);
+  }
+
+  // Backward pass of one direction (backends/cpu/grad_rnn.cc's backward()): fills da (and
+  // drec) for every step; dh_final / dc_final point at d initial_h / d initial_c.
+  template <class T>
+  void backward_direction(const Dims& dm, const DirInputs<T>& in, const Buffers<T>& buf, const T* dy, const T* dy_h,
+                          const T* dy_c, const T*& dh_final, const T*& dc_final) {
+    const cudaStream_t st = stream();
+    const std::string& at = where();
+    const int64_t seq = dm.seq, batch = dm.batch, hs = dm.hs, gh = dm.gh, bh = batch * hs;
+    T* dh = buf.dh;
+    T* dhn = buf.dhn;
+    T* dc = buf.dc;
+    T* dcn = buf.dcn;
+    if (dy_h) copy_async(st, dh, dy_h, bh);
+    else zero_async(st, dh, bh);
+    if (lstm()) {
+      if (dy_c) copy_async(st, dc, dy_c, bh);
+      else zero_async(st, dc, bh);
+    }
+    BwdStep<T> s;
+    s.batch = batch;
+    s.hs = hs;
+    s.lens = in.lens;
+    s.peep = in.peep;
+    s.drh = buf.drh;
+    s.dy = dy;
+    s.yi = YIndex{layout_, seq, dm.D, in.d, batch, hs};
+    s.cfg = config(in.d);
+    const bool gru_lbr0 = cell_ == RecurrentCell::kGru && !lbr_;
+    for (int64_t step = seq - 1; step >= 0; --step) {
+      const int64_t t = in.rev ? seq - 1 - step : step;
+      s.t = t;
+      s.g = buf.wk.gates + t * batch * gh;
+      s.pre = buf.wk.pre ? buf.wk.pre + t * batch * gh : nullptr;
+      s.hprev = buf.wk.hprev + t * bh;
+      s.cprev = buf.wk.cprev ? buf.wk.cprev + t * bh : nullptr;
+      s.cnew = buf.wk.cnew ? buf.wk.cnew + t * bh : nullptr;
+      s.aux = buf.wk.aux ? buf.wk.aux + t * bh : nullptr;
+      s.da = buf.da + t * batch * gh;
+      s.drec = buf.drec + t * batch * gh;
+      s.dh = dh;
+      s.dhn = dhn;
+      s.dc = dc;
+      s.dcn = dcn;
+      if (cell_ == RecurrentCell::kRnn) launch_step(rnn_bwd_kernel<T>, st, s);
+      else if (cell_ == RecurrentCell::kGru) launch_step(gru_bwd_kernel<T>, st, s);
+      else launch_step(lstm_bwd_kernel<T>, st, s);
+      if (gru_lbr0) {
+        // d(r*h_prev) = dA_h Rh; then the reset gate and the h_prev it multiplies.
+        gemm<T>(cu_, false, false, batch, hs, hs, T(1), s.da + 2 * hs, gh, in.r + 2 * hs * hs, hs, T(0), buf.drh, hs,
+                at);
+        launch_step(gru_reset_bwd_kernel<T>, st, s);
+        gemm<T>(cu_, false, false, batch, hs, 2 * hs, T(1), s.da, gh, in.r, hs, T(1), dhn, hs, at);
+      } else {
+        gemm<T>(cu_, false, false, batch, hs, gh, T(1), s.drec, gh, in.r, hs, T(1), dhn, hs, at);
+      }
+      std::swap(dh, dhn);
+      if (lstm()) std::swap(dc, dcn);
+    }
+    dh_final = dh;
+    dc_final = dc;
+  }
+};
+
+struct RnnKernel final : RecurrentKernel {
+  RnnKernel(const KernelInfo& info, CudaContext& cu) : RecurrentKernel(info, cu, RecurrentCell::kRnn) {}
+};
+struct GruKernel final : RecurrentKernel {
+  GruKernel(const KernelInfo& info, CudaContext& cu) : RecurrentKernel(info, cu, RecurrentCell::kGru) {}
+};
+struct LstmKernel final : RecurrentKernel {
+  LstmKernel(const KernelInfo& info, CudaContext& cu) : RecurrentKernel(info, cu, RecurrentCell::kLstm) {}
+};
+struct RnnGradKernel final : RecurrentGradKernel {
+  RnnGradKernel(const KernelInfo& info, CudaContext& cu) : RecurrentGradKernel(info, cu, RecurrentCell::kRnn) {}
+};
+struct GruGradKernel final : RecurrentGradKernel {
+  GruGradKernel(const KernelInfo& info, CudaContext& cu) : RecurrentGradKernel(info, cu, RecurrentCell::kGru) {}
+};
+struct LstmGradKernel final : RecurrentGradKernel {
+  LstmGradKernel(const KernelInfo& info, CudaContext& cu) : RecurrentGradKernel(info, cu, RecurrentCell::kLstm) {}
+};
+
+OMT_REGISTER_CUDA_KERNEL("RNN", RnnKernel);
+OMT_REGISTER_CUDA_KERNEL("GRU", GruKernel);
+OMT_REGISTER_CUDA_KERNEL("LSTM", LstmKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "RNNGrad", RnnGradKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "GRUGrad", GruGradKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "LSTMGrad", LstmGradKernel);
+
+}  // namespace
+}  // namespace omt::cuda
