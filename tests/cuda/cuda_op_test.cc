@@ -713,7 +713,87 @@ std::vector<OpCase> all_cases() {
                            {as_double(uniform({2, 3, 10}, 334)), as_double(uniform({5, 3, 3}, 335))}, {}, 1, 1e-9, 1e-12});
   }
 
+  // GatherElements, GatherND, ScatterElements (negative indices, int32 and int64 indices;
+  // ScatterElements with duplicate indices, applied in the CPU's order on both backends).
+  {
+    auto i32 = [](const std::vector<int32_t>& v, const Shape& s) { return Tensor::from_vector<int32_t>(v, s); };
+    auto i64 = [](const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector<int64_t>(v, s); };
+    std::vector<int64_t> ge(30);
+    for (size_t i = 0; i < ge.size(); ++i) ge[i] = static_cast<int64_t>(i * 7 % 8) - 4;  // [-4, 3]
+    AttributeMap a1;
+    a1.set("axis", int64_t{1});
+    cases.push_back(OpCase{"GatherElements_negative", "GatherElements", "", a1, {uniform({3, 4, 5}, 341), i64(ge, {3, 2, 5})},
+                           {}, 1, 0.0, 0.0});
+    std::vector<int32_t> gl(36);
+    for (size_t i = 0; i < gl.size(); ++i) gl[i] = static_cast<int32_t>(i * 5 % 10) - 5;  // [-5, 4]
+    AttributeMap last;
+    last.set("axis", int64_t{-1});
+    cases.push_back(OpCase{"GatherElements_last_axis_int32_smaller", "GatherElements", "", last,
+                           {uniform({3, 4, 5}, 342), i32(gl, {2, 3, 6})}, {false, true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"GatherElements_int64_data", "GatherElements", "", {},
+                           {i64({5, -7, 9, 11, 13, -15}, {2, 3}), i64({1, -2, 0}, {1, 3})}, {}, 1, 0.0, 0.0});
+
+    cases.push_back(OpCase{"GatherND", "GatherND", "", {}, {uniform({3, 4, 5}, 343), i64({2, -1, 0, 3}, {2, 2})}, {}, 1,
+                           0.0, 0.0});
+    AttributeMap b1;
+    b1.set("batch_dims", int64_t{1});
+    cases.push_back(OpCase{"GatherND_batch_dims_int32", "GatherND", "", b1,
+                           {uniform({2, 3, 4}, 344), i32({2, -3, 0, 1}, {2, 2, 1})}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"GatherND_elements", "GatherND", "", {},
+                           {uniform({3, 4}, 345), i64({0, 0, 2, -1, -3, 3, 1, 2}, {4, 2})}, {false, true}, 1, 0.0, 0.0});
+
+    // Lines with repeated targets: none keeps the last update, add and mul combine in order.
+    const Tensor dup = i64({1, -3, 1, 0, 0, 2, 3, -1, 3}, {3, 3});
+    AttributeMap none;
+    none.set("axis", int64_t{1});
+    cases.push_back(OpCase{"ScatterElements_none_duplicates", "ScatterElements", "", none,
+                           {uniform({3, 4}, 346), dup, uniform({3, 3}, 347)}, {}, 1, 0.0, 0.0});
+    AttributeMap add;
+    add.set("reduction", std::string("add"));
+    cases.push_back(OpCase{"ScatterElements_add_axis0", "ScatterElements", "", add,
+                           {uniform({4, 3}, 348), i64({0, 1, -4, 2, 3, 1, 0, 1, 2, -2}, {5, 2}), uniform({5, 2}, 349)}, {},
+                           1, 0.0, 0.0});
+    AttributeMap mul;
+    mul.set("reduction", std::string("mul"));
+    mul.set("axis", int64_t{-1});
+    cases.push_back(OpCase{"ScatterElements_mul_last_axis_int32", "ScatterElements", "", mul,
+                           {uniform({2, 3, 4}, 350), i32({0, 3, 0, -1, 1, 1, 2, 2, -4, 3, 3, 0}, {2, 2, 3}),
+                            uniform({2, 2, 3}, 351, 0.5f, 2.f)},
+                           {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"ScatterElements_add_int64_data", "ScatterElements", "", add,
+                           {i64({1, 2, 3, 4, 5, 6}, {3, 2}), i64({2, 0, 2, -1}, {2, 2}), i64({10, 20, 30, 40}, {2, 2})}, {},
+                           1, 0.0, 0.0});
+  }
+
   return cases;
+}
+
+// An index outside [-n, n) fails on both backends with the same model error (the GPU kernels
+// report it through a device flag, Note [bad indices on the GPU] in backends/cuda/gather_scatter.cu).
+std::vector<OpCase> bad_index_cases() {
+  std::vector<OpCase> cases;
+  AttributeMap a1;
+  a1.set("axis", int64_t{1});
+  cases.push_back(OpCase{"GatherElements_bad", "GatherElements", "", a1,
+                         {uniform({2, 3}, 431), ints({0, 2, -3, 3}).reshaped({2, 2})}, {}, 1});
+  cases.push_back(OpCase{"GatherND_bad", "GatherND", "", {}, {uniform({3, 4}, 432), ints({1, 2, -4, 0}).reshaped({2, 2})}, {},
+                         1});
+  AttributeMap add;
+  add.set("reduction", std::string("add"));
+  cases.push_back(OpCase{"ScatterElements_bad", "ScatterElements", "", add,
+                         {uniform({3, 2}, 433), ints({0, 1, -4, 2}).reshaped({2, 2}), uniform({2, 2}, 434)}, {}, 1});
+  return cases;
+}
+
+// The error `c` raises on `device` (kind must be kModel), or "" when it runs.
+std::string model_error(const OpCase& c, const std::string& device) {
+  try {
+    run_case(c, device);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << c.name << " on " << device << ": " << e.what();
+    return e.what();
+  }
+  return "";
 }
 
 class CudaOpTest : public ::testing::TestWithParam<OpCase> {};
@@ -769,6 +849,16 @@ TEST(CudaDropout, TrainingMaskStatisticsAndGradient) {
   OpCase g{"DropoutGrad_random_mask", "DropoutGrad", kMirror, {},
            {uniform({n}, 242), masks[0], scalar_f(ratio), Tensor::scalar<bool>(true)}, {false, false, true, true}, 1};
   EXPECT_TRUE(test::tensors_close(run_case(g, "cuda").at("y0"), run_case(g, "cpu").at("y0"), 1e-6, 0.0));
+}
+
+TEST(CudaOpErrors, OutOfRangeIndicesFailOnCpu) {
+  for (const auto& c : bad_index_cases())
+    EXPECT_NE(model_error(c, "cpu").find("is out of range for"), std::string::npos) << c.name;
+}
+
+TEST(CudaOpErrors, OutOfRangeIndicesFailOnCudaAsOnCpu) {
+  OMT_SKIP_WITHOUT_CUDA();
+  for (const auto& c : bad_index_cases()) EXPECT_EQ(model_error(c, "cuda"), model_error(c, "cpu")) << c.name;
 }
 
 // Runs without a device: every case is a valid node for the reference (CPU) backend, so a
