@@ -803,6 +803,33 @@ std::vector<OpCase> all_cases() {
                            {}, 4, 1e-9, 1e-12});
   }
 
+  // BCE-with-logits and NLL gradients.
+  {
+    cases.push_back(OpCase{"BCEWithLogitsLoss", "BCEWithLogitsLoss", kMirror, {},
+                           {uniform({4, 5}, 381, -4.f, 4.f), uniform({4, 5}, 382, 0.f, 1.f)}, {}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"BCEWithLogitsLossGrad", "BCEWithLogitsLossGrad", kMirror, {},
+                           {scalar_f(0.7f), uniform({4, 5}, 383, -4.f, 4.f), uniform({4, 5}, 384, 0.f, 1.f)}, {}, 2, 1e-5,
+                           1e-7});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad", "NegativeLogLikelihoodLossGrad", kMirror, {},
+                           {scalar_f(1.f), ints({16, 10}), labels(16, 10, 385)}, {false, true, false}, 1, 1e-5, 1e-7});
+    AttributeMap s;
+    s.set("reduction", std::string("sum"));
+    s.set("ignore_index", int64_t{2});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_sum_weighted_ignore", "NegativeLogLikelihoodLossGrad", kMirror, s,
+                           {scalar_f(0.5f), ints({4, 5, 3}), labels(12, 5, 386).reshaped({4, 3}), uniform({5}, 387, 0.5f, 2.f)},
+                           {false, true, false, true}, 1, 1e-5, 1e-7});
+    AttributeMap mw;
+    mw.set("ignore_index", int64_t{1});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_mean_weighted_ignore", "NegativeLogLikelihoodLossGrad", kMirror, mw,
+                           {scalar_f(1.f), ints({4, 5, 3}), labels(12, 5, 388).reshaped({4, 3}), uniform({5}, 389, 0.5f, 2.f)},
+                           {false, true, false, false}, 1, 1e-5, 1e-7});
+    AttributeMap n;
+    n.set("reduction", std::string("none"));
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_none", "NegativeLogLikelihoodLossGrad", kMirror, n,
+                           {uniform({4, 3}, 390), ints({4, 5, 3}), labels(12, 5, 391).reshaped({4, 3})}, {false, true, false},
+                           1, 1e-5, 1e-7});
+  }
+
   return cases;
 }
 
