@@ -60,6 +60,13 @@ Tensor as_double(const Tensor& f) {
   return d;
 }
 
+// Integer-valued floats in [0, levels): ties between inputs are certain.
+Tensor levels(const Shape& shape, uint64_t seed, int levels) {
+  Tensor t = uniform(shape, seed, 0.f, static_cast<float>(levels));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::floor(t.data<float>()[i]);
+  return t;
+}
+
 Tensor to_host(const Tensor& t) {
   if (t.device().kind == DeviceKind::kCpu) return t;
   cuda::CudaContext cu(t.device().index);
@@ -828,6 +835,30 @@ std::vector<OpCase> all_cases() {
     cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_none", "NegativeLogLikelihoodLossGrad", kMirror, n,
                            {uniform({4, 3}, 390), ints({4, 5, 3}), labels(12, 5, 391).reshaped({4, 3})}, {false, true, false},
                            1, 1e-5, 1e-7});
+  }
+
+  // PowGrad (broadcast A and B, zeros in both) and ExtremumGrad (broadcast inputs with ties).
+  {
+    Tensor a = uniform({1, 5}, 401, 0.5f, 2.f);
+    a.data<float>()[2] = 0.f;
+    const Tensor b = Tensor::from_vector<float>({0.f, 1.f, 2.f, 3.f}, {4, 1});
+    cases.push_back(OpCase{"PowGrad_broadcast_zeros", "PowGrad", kMirror, {},
+                           {uniform({4, 5}, 402), a, b, uniform({4, 5}, 403)}, {}, 2, 1e-5, 1e-6});
+    cases.push_back(OpCase{"PowGrad_int64_exponent_dA_only", "PowGrad", kMirror, {},
+                           {uniform({3, 4}, 404), uniform({3, 4}, 405, 0.5f, 2.f), ints({0, 1, -1, 3}), uniform({3, 4}, 406)},
+                           {}, 1, 1e-5, 1e-6});
+    const Tensor x0 = levels({2, 3, 4}, 407, 3), x1 = levels({3, 1}, 408, 3), x2 = levels({4}, 409, 3);
+    for (const bool is_max : {true, false}) {
+      Tensor y = Tensor::empty(DType::kFloat32, {2, 3, 4});
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j)
+          for (int64_t k = 0; k < 4; ++k) {
+            const float u = x0.data<float>()[(i * 3 + j) * 4 + k], v = x1.data<float>()[j], w = x2.data<float>()[k];
+            y.data<float>()[(i * 3 + j) * 4 + k] = is_max ? std::max({u, v, w}) : std::min({u, v, w});
+          }
+      cases.push_back(OpCase{std::string("ExtremumGrad_ties_broadcast_") + (is_max ? "max" : "min"), "ExtremumGrad",
+                             kMirror, {}, {uniform({2, 3, 4}, 410), y, x0, x1, x2}, {}, 3, 1e-6, 1e-7});
+    }
   }
 
   return cases;
