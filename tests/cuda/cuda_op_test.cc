@@ -60,6 +60,11 @@ Tensor as_double(const Tensor& f) {
   return d;
 }
 
+Tensor relu(Tensor t) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::max(t.data<float>()[i], 0.f);
+  return t;
+}
+
 // Integer-valued floats in [0, levels): ties between inputs are certain.
 Tensor levels(const Shape& shape, uint64_t seed, int levels) {
   Tensor t = uniform(shape, seed, 0.f, static_cast<float>(levels));
@@ -861,6 +866,20 @@ std::vector<OpCase> all_cases() {
     }
   }
 
+  // MaxPoolReluGrad over a Relu's output (zeros included): the CNN's 2x2 windows and padded 3x3.
+  {
+    AttributeMap a;
+    a.set("kernel_shape", std::vector<int64_t>{2, 2});
+    a.set("strides", std::vector<int64_t>{2, 2});
+    cases.push_back(OpCase{"MaxPoolReluGrad", "MaxPoolReluGrad", kMirror, a,
+                           {uniform({2, 3, 4, 4}, 421), relu(uniform({2, 3, 8, 8}, 422))}, {}, 1});
+    AttributeMap b;
+    b.set("kernel_shape", std::vector<int64_t>{3, 3});
+    b.set("strides", std::vector<int64_t>{2, 2});
+    b.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    cases.push_back(OpCase{"MaxPoolReluGrad_pads", "MaxPoolReluGrad", kMirror, b,
+                           {uniform({2, 3, 4, 4}, 423), relu(uniform({2, 3, 7, 7}, 424))}, {}, 1});
+  }
   return cases;
 }
 
