@@ -1,7 +1,9 @@
-// Conv and ConvGrad (1-D to 3-D, groups, strides, dilations, symmetric pads, auto_pad) on
-// cuDNN, float32 and float64. Descriptors and algorithms are chosen once per input-shape
-// signature (cuDNN's heuristics, no benchmarking) and reused; workspaces come from the
-// context's arena. Asymmetric padding (cuDNN cannot express it) is a clear kUnsupported.
+// Conv, com.onnx-mirror:FusedConv (Conv then Relu), ConvGrad and ConvTranspose (1-D to 3-D,
+// groups, strides, dilations, pads, auto_pad; ConvTranspose also output_padding and
+// output_shape) on cuDNN, float32 and float64. Descriptors and algorithms are chosen once per
+// input-shape signature (cuDNN's heuristics, no benchmarking) and reused; workspaces come from
+// the context's arena. Conv's asymmetric padding (cuDNN cannot express it) is a clear
+// kUnsupported; ConvTranspose crops instead (Note [ConvTranspose on cuDNN]).
 #include <algorithm>
 #include <map>
 
@@ -139,11 +141,13 @@ const Perf* pick(const Perf* results, int count) {
   return nullptr;
 }
 
-std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, const ConvAttrs& attrs, const std::string& where, DType dtype,
-                                    const Shape& xs, const Shape& wsh, bool fwd, bool bwd_data, bool bwd_filter) {
+// Descriptors of the convolution X `xs` * W `wsh` -> Y `ys` (per spatial dim strides s,
+// dilations d and symmetric pads p) and the algorithms asked for.
+std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, const std::string& where, DType dtype, const Shape& xs,
+                                    const Shape& wsh, const Shape& ys, std::vector<int> s, std::vector<int> d,
+                                    std::vector<int> p, int64_t group, bool fwd, bool bwd_data, bool bwd_filter) {
   auto plan = std::make_unique<ConvPlan>();
-  std::vector<int> s, d, p;
-  plan->out = attrs.resolve(where, xs, wsh, s, d, p);
+  plan->out = ys;
   if (xs.size() == 3) {  // 1-D as 2-D
     s.insert(s.begin(), 1);
     d.insert(d.begin(), 1);
@@ -164,7 +168,7 @@ std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, const ConvAttrs& attrs, con
   OMT_CUDNN_CHECK(cudnnSetFilterNdDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
   OMT_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(plan->conv, static_cast<int>(p.size()), p.data(), s.data(), d.data(),
                                                   CUDNN_CROSS_CORRELATION, dt));
-  OMT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, static_cast<int>(attrs.group)));
+  OMT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, static_cast<int>(group)));
   // Note [exact float32] in cuda_backend.cc: no TF32 tensor-core math.
   OMT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
 
@@ -207,6 +211,15 @@ std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, const ConvAttrs& attrs, con
   return plan;
 }
 
+// The plan of a Conv node (ConvAttrs' geometry) for X `xs` and W `wsh`.
+std::unique_ptr<ConvPlan> make_conv_plan(cudnnHandle_t h, const ConvAttrs& attrs, const std::string& where,
+                                         DType dtype, const Shape& xs, const Shape& wsh, bool fwd, bool bwd_data,
+                                         bool bwd_filter) {
+  std::vector<int> s, d, p;
+  const Shape ys = attrs.resolve(where, xs, wsh, s, d, p);
+  return make_plan(h, where, dtype, xs, wsh, ys, s, d, p, attrs.group, fwd, bwd_data, bwd_filter);
+}
+
 // alpha/beta are float for float data and double for double data (cuDNN's rule).
 struct Scale {
   float f[2] = {1.f, 0.f};
@@ -215,9 +228,25 @@ struct Scale {
   const void* zero(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d[1]) : &f[1]; }
 };
 
+// Conv, and com.onnx-mirror:FusedConv with activation "Relu" (graph/fusion.h): the Relu runs
+// in place on cuDNN's output after the bias, as backends/cpu/conv.cc applies it after its
+// convolution.
 class ConvKernel final : public CudaKernel {
  public:
-  ConvKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), attrs_(info) {}
+  ConvKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), attrs_(info) {
+    const std::string activation = info.attr().get_string("activation", "");
+    OMT_CHECK(activation.empty() || activation == "Relu", kUnsupported, info.where(),
+              ": FusedConv supports activation 'Relu' only, got '", activation, "'");
+    if (activation == "Relu") {
+      OMT_CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu_));
+      OMT_CUDNN_CHECK(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    }
+  }
+  ~ConvKernel() override {
+    if (relu_) cudnnDestroyActivationDescriptor(relu_);
+  }
+  ConvKernel(const ConvKernel&) = delete;
+  ConvKernel& operator=(const ConvKernel&) = delete;
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
@@ -237,6 +266,9 @@ class ConvKernel final : public CudaKernel {
                                             ws, p.fwd_ws, sc.zero(x.dtype()), p.y, y.raw()));
     if (b)
       OMT_CUDNN_CHECK(cudnnAddTensor(cu_.cudnn(), sc.one(x.dtype()), p.bias, b->raw(), sc.one(x.dtype()), p.y, y.raw()));
+    if (relu_)
+      OMT_CUDNN_CHECK(cudnnActivationForward(cu_.cudnn(), relu_, sc.one(x.dtype()), p.y, y.raw(), sc.zero(x.dtype()),
+                                             p.y, y.raw()));
   }
 
  private:
@@ -247,11 +279,13 @@ class ConvKernel final : public CudaKernel {
     key.push_back(static_cast<int64_t>(x.dtype()));
     auto it = plans_.find(key);
     if (it == plans_.end())
-      it = plans_.emplace(key, make_plan(cu_.cudnn(), attrs_, where(), x.dtype(), x.shape(), w.shape(), true, false, false)).first;
+      it = plans_.emplace(key, make_conv_plan(cu_.cudnn(), attrs_, where(), x.dtype(), x.shape(), w.shape(), true,
+                                              false, false)).first;
     return *it->second;
   }
 
   ConvAttrs attrs_;
+  cudnnActivationDescriptor_t relu_ = nullptr;  // FusedConv's activation
   std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans_;
 };
 
@@ -304,8 +338,8 @@ class ConvGradKernel final : public CudaKernel {
     key.push_back(want_dw);
     auto it = plans_.find(key);
     if (it == plans_.end())
-      it = plans_.emplace(key, make_plan(cu_.cudnn(), attrs_, where(), x.dtype(), x.shape(), w.shape(), false,
-                                         want_dx, want_dw)).first;
+      it = plans_.emplace(key, make_conv_plan(cu_.cudnn(), attrs_, where(), x.dtype(), x.shape(), w.shape(), false,
+                                              want_dx, want_dw)).first;
     return *it->second;
   }
 
@@ -313,8 +347,224 @@ class ConvGradKernel final : public CudaKernel {
   std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>> plans_;
 };
 
+// ---- ConvTranspose ---------------------------------------------------------------------------
+
+int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+// Note [ConvTranspose on cuDNN]
+// cudnnConvolutionBackwardData of a convolution with stride s, dilation d and symmetric pad p
+// is a transposed convolution whose output position j reads the un-padded result at j + p. As
+// backends/cpu/conv.cc computes it, ConvTranspose's output is that un-padded result ("core",
+// s*(in-1) + (k-1)*d + 1 long per spatial dim) read from a begin padding pb on, zero outside
+// it, plus the bias. When pb >= 0 and the convolution with p = pb maps an output of the
+// requested size back to the input's size (symmetric pads, output_padding < stride), cuDNN
+// writes Y directly. Otherwise (asymmetric pads, output_shape larger than the core, a negative
+// pb) it writes the core into arena scratch and cudnnTransformTensor copies the overlap into
+// the zeroed output.
+
+// Per spatial dim: kernel, stride, dilation, begin padding, core length and output length.
+struct TransposeGeometry {
+  std::vector<int64_t> k, s, d, pb, core, out;
+  bool direct = true;
+};
+
+class ConvTransposeKernel final : public CudaKernel {
+ public:
+  ConvTransposeKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu),
+        attrs_(info),
+        output_padding_(info.attr().get_ints("output_padding")),
+        output_shape_(info.attr().get_ints("output_shape")) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor* b = optional_input(ctx, 2);
+    OMT_CHECK(x.rank() >= 3 && x.rank() <= 5 && w.rank() == x.rank(), kUnsupported, where(),
+              ": ConvTranspose supports 1-D to 3-D inputs [N,C,...] with weights of the same rank, got X ",
+              x.describe(), " and W ", w.describe());
+    OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, where(),
+              ": ConvTranspose inputs must share one dtype, got X ", x.describe(), ", W ", w.describe());
+    const int64_t grp = attrs_.group, c = x.dim(1), m = w.dim(1) * grp;
+    OMT_CHECK(w.dim(0) == c && c % grp == 0, kModel, where(), ": W ", shape_str(w.shape()), " must be [C=", c,
+              ", M/group, k...] with C divisible by group ", grp);
+    OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == m), kModel, where(), ": bias must be [", m, "], got ",
+              b ? b->describe() : "");
+    Plan& p = plan(x, w);
+    Tensor& y = ctx.output(0, x.dtype(), p.out);
+    if (y.numel() == 0) return;
+    const Scale sc;
+    const DType dt = x.dtype();
+    if (x.numel() == 0 || w.numel() == 0) {
+      cu_.fill_zero(y);
+    } else if (p.direct) {
+      void* ws = cu_.workspace(p.conv->bwd_data_ws);
+      OMT_CUDNN_CHECK(cudnnConvolutionBackwardData(cu_.cudnn(), sc.one(dt), p.conv->w, w.raw(), p.conv->y, x.raw(),
+                                                   p.conv->conv, p.conv->bwd_data, ws, p.conv->bwd_data_ws,
+                                                   sc.zero(dt), p.conv->x, y.raw()));
+    } else {
+      Tensor core = cu_.allocate(dt, p.core);
+      void* ws = cu_.workspace(p.conv->bwd_data_ws);
+      OMT_CUDNN_CHECK(cudnnConvolutionBackwardData(cu_.cudnn(), sc.one(dt), p.conv->w, w.raw(), p.conv->y, x.raw(),
+                                                   p.conv->conv, p.conv->bwd_data, ws, p.conv->bwd_data_ws,
+                                                   sc.zero(dt), p.conv->x, core.raw()));
+      cu_.fill_zero(y);
+      if (p.overlap) {
+        const size_t es = dtype_size(dt);
+        OMT_CUDNN_CHECK(cudnnTransformTensor(cu_.cudnn(), sc.one(dt), p.crop_src,
+                                             static_cast<const char*>(core.raw()) + p.src_offset * es, sc.zero(dt),
+                                             p.crop_dst, static_cast<char*>(y.raw()) + p.dst_offset * es));
+      }
+    }
+    if (b) OMT_CUDNN_CHECK(cudnnAddTensor(cu_.cudnn(), sc.one(dt), p.bias, b->raw(), sc.one(dt), p.y, y.raw()));
+  }
+
+ private:
+  // Everything one input-shape signature needs, destroyed with it.
+  struct Plan {
+    std::unique_ptr<ConvPlan> conv;  // cuDNN's x is Y (direct) or the core, its y is our X
+    cudnnTensorDescriptor_t y = nullptr, bias = nullptr, crop_src = nullptr, crop_dst = nullptr;
+    Shape out, core;
+    bool direct = true, overlap = false;
+    int64_t src_offset = 0, dst_offset = 0;  // elements, into the core and Y
+
+    Plan() = default;
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+    ~Plan() {
+      for (cudnnTensorDescriptor_t t : {y, bias, crop_src, crop_dst})
+        if (t) cudnnDestroyTensorDescriptor(t);
+    }
+  };
+
+  // The output geometry, exactly as backends/cpu/conv.cc's ConvTransposeKernel resolves it.
+  TransposeGeometry geometry(const Tensor& x, const Tensor& w) const {
+    const size_t nsp = static_cast<size_t>(x.rank() - 2);
+    const Shape ws(w.shape().begin() + 2, w.shape().end());
+    TransposeGeometry g;
+    g.k = attrs_.kernel_shape.empty() ? std::vector<int64_t>(ws) : attrs_.kernel_shape;
+    g.s = attrs_.strides.empty() ? std::vector<int64_t>(nsp, 1) : attrs_.strides;
+    g.d = attrs_.dilations.empty() ? std::vector<int64_t>(nsp, 1) : attrs_.dilations;
+    OMT_CHECK(g.k.size() == nsp && g.s.size() == nsp && g.d.size() == nsp, kModel, where(),
+              ": kernel_shape/strides/dilations must have one value per spatial dim (", nsp, "), got ", g.k.size(),
+              "/", g.s.size(), "/", g.d.size());
+    OMT_CHECK(attrs_.pads.empty() || attrs_.pads.size() == 2 * nsp, kModel, where(), ": pads must have ", 2 * nsp,
+              " values, got ", attrs_.pads.size());
+    for (size_t i = 0; i < nsp; ++i) {
+      OMT_CHECK(g.k[i] == ws[i], kModel, where(), ": kernel_shape ", shape_str(g.k),
+                " does not match the weights' spatial shape ", shape_str(ws));
+      OMT_CHECK(g.s[i] >= 1 && g.d[i] >= 1, kModel, where(), ": strides and dilations must be >= 1");
+    }
+    const std::vector<int64_t> op = output_padding_.empty() ? std::vector<int64_t>(nsp, 0) : output_padding_;
+    OMT_CHECK(op.size() == nsp, kModel, where(), ": output_padding needs ", nsp, " values");
+    // output_shape may list only the spatial dims or the full [N, M, ...] shape.
+    std::vector<int64_t> os = output_shape_;
+    if (os.size() == nsp + 2) os.erase(os.begin(), os.begin() + 2);
+    OMT_CHECK(os.empty() || os.size() == nsp, kModel, where(), ": output_shape needs ", nsp,
+              " spatial values, got ", output_shape_.size());
+    const bool same = attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER";
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x.dim(static_cast<int64_t>(i) + 2);
+      const int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
+      const int64_t full = g.s[i] * (in - 1) + op[i] + ek;
+      int64_t o, pb = 0;
+      if (!os.empty() || same) {
+        o = !os.empty() ? os[i] : in * g.s[i];
+        const int64_t total = full - o;
+        pb = attrs_.auto_pad == "SAME_UPPER" ? floor_div(total, 2) : total - floor_div(total, 2);
+      } else {
+        int64_t pe = 0;
+        if (attrs_.auto_pad == "NOTSET" && !attrs_.pads.empty()) {
+          pb = attrs_.pads[i];
+          pe = attrs_.pads[i + nsp];
+        }
+        o = full - pb - pe;
+      }
+      OMT_CHECK(o >= 0, kModel, where(), ": computed a negative output size ", o);
+      g.pb.push_back(pb);
+      g.core.push_back(g.s[i] * (in - 1) + ek);
+      g.out.push_back(o);
+      // cuDNN maps an output of o with pads pb back to `in` positions (Note [ConvTranspose on cuDNN]).
+      const int64_t span = o + 2 * pb - ek;
+      g.direct = g.direct && pb >= 0 && span >= 0 && span / g.s[i] + 1 == in;
+    }
+    return g;
+  }
+
+  Plan& plan(const Tensor& x, const Tensor& w) {
+    std::vector<int64_t> key = x.shape();
+    key.push_back(-1);
+    key.insert(key.end(), w.shape().begin(), w.shape().end());
+    key.push_back(static_cast<int64_t>(x.dtype()));
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make(x, w)).first;
+    return *it->second;
+  }
+
+  std::unique_ptr<Plan> make(const Tensor& x, const Tensor& w) const {
+    const TransposeGeometry g = geometry(x, w);
+    auto p = std::make_unique<Plan>();
+    const int64_t m = w.dim(1) * attrs_.group;
+    p->out = {x.dim(0), m};
+    p->out.insert(p->out.end(), g.out.begin(), g.out.end());
+    p->core = {x.dim(0), m};
+    p->core.insert(p->core.end(), g.core.begin(), g.core.end());
+    p->direct = g.direct;
+    const cudnnDataType_t dt = cudnn_dtype(x.dtype(), where());
+    OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
+    OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+    set_tensor(p->y, dt, dims4(p->out));
+    std::vector<int> bias_dims(dims4(p->out).size(), 1);
+    bias_dims[1] = static_cast<int>(m);
+    set_tensor(p->bias, dt, bias_dims);
+    if (x.numel() == 0 || w.numel() == 0 || shape_numel(p->out) == 0) return p;  // no convolution runs
+
+    std::vector<int> s, d, pads;
+    for (size_t i = 0; i < g.k.size(); ++i) {
+      s.push_back(static_cast<int>(g.s[i]));
+      d.push_back(static_cast<int>(g.d[i]));
+      pads.push_back(g.direct ? static_cast<int>(g.pb[i]) : 0);
+    }
+    p->conv = make_plan(cu_.cudnn(), where(), x.dtype(), g.direct ? p->out : p->core, w.shape(), x.shape(), s, d,
+                        pads, attrs_.group, false, true, false);
+    if (g.direct) return p;
+
+    // The overlap of Y with the core shifted by pb, per spatial dim [lo, hi) in Y, as windows
+    // into both (4-D views: a 1-D convolution has H = 1).
+    const std::vector<int> core4 = dims4(p->core), out4 = dims4(p->out);
+    const std::vector<int> cs = packed_strides(core4), ys = packed_strides(out4);
+    const size_t first = core4.size() - g.k.size();  // the first spatial dim of the views
+    std::vector<int> extent = out4;
+    p->overlap = true;
+    for (size_t i = 0; i < g.k.size(); ++i) {
+      const int64_t lo = std::max<int64_t>(0, -g.pb[i]);
+      const int64_t hi = std::min<int64_t>(g.out[i], g.core[i] - g.pb[i]);
+      p->overlap = p->overlap && hi > lo;
+      extent[first + i] = static_cast<int>(std::max<int64_t>(hi - lo, 0));
+      p->src_offset += (lo + g.pb[i]) * cs[first + i];
+      p->dst_offset += lo * ys[first + i];
+    }
+    if (!p->overlap) return p;
+    OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->crop_src));
+    OMT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->crop_dst));
+    const int nd = static_cast<int>(extent.size());
+    OMT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(p->crop_src, dt, nd, extent.data(), cs.data()));
+    OMT_CUDNN_CHECK(cudnnSetTensorNdDescriptor(p->crop_dst, dt, nd, extent.data(), ys.data()));
+    return p;
+  }
+
+  ConvAttrs attrs_;
+  std::vector<int64_t> output_padding_, output_shape_;
+  std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
 OMT_REGISTER_CUDA_KERNEL("Conv", ConvKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "ConvGrad", ConvGradKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "FusedConv", ConvKernel);
+OMT_REGISTER_CUDA_KERNEL("ConvTranspose", ConvTransposeKernel);
 
 }  // namespace
 }  // namespace omt::cuda

@@ -241,6 +241,22 @@ constexpr int kMaxDims = 8;
     OMT_CUDA_DISPATCH_CASE(kInt64, int64_t, __VA_ARGS__)      \
     default: on_unsupported;                                  \
   }
+// Every numeric dtype the CPU's OMT_DISPATCH_NUMERIC covers (ScatterElements' add and mul, which
+// run element by element without atomics).
+#define OMT_CUDA_DISPATCH_ALL_NUMERIC(dtype, on_unsupported, ...) \
+  switch (dtype) {                                               \
+    OMT_CUDA_DISPATCH_CASE(kFloat32, float, __VA_ARGS__)         \
+    OMT_CUDA_DISPATCH_CASE(kFloat64, double, __VA_ARGS__)        \
+    OMT_CUDA_DISPATCH_CASE(kInt32, int32_t, __VA_ARGS__)         \
+    OMT_CUDA_DISPATCH_CASE(kInt64, int64_t, __VA_ARGS__)         \
+    OMT_CUDA_DISPATCH_CASE(kInt8, int8_t, __VA_ARGS__)           \
+    OMT_CUDA_DISPATCH_CASE(kInt16, int16_t, __VA_ARGS__)         \
+    OMT_CUDA_DISPATCH_CASE(kUInt8, uint8_t, __VA_ARGS__)         \
+    OMT_CUDA_DISPATCH_CASE(kUInt16, uint16_t, __VA_ARGS__)       \
+    OMT_CUDA_DISPATCH_CASE(kUInt32, uint32_t, __VA_ARGS__)       \
+    OMT_CUDA_DISPATCH_CASE(kUInt64, uint64_t, __VA_ARGS__)       \
+    default: on_unsupported;                                     \
+  }
 // Data movement by element width (Transpose, Concat, Gather ...).
 #define OMT_CUDA_DISPATCH_WIDTH(dtype, on_unsupported, ...)   \
   switch (::omt::dtype_size(dtype)) {                         \

@@ -1,5 +1,5 @@
 // Device-side helpers shared by the .cu files: launch sizes, grid-stride loops, and an
-// indexer that maps an output element to the offsets of up to kMaxInputs broadcast inputs.
+// indexer that maps an output element to its offsets in several broadcast or strided inputs.
 // Included only by .cu files (compiled by nvcc).
 #pragma once
 
@@ -42,29 +42,36 @@ struct BroadcastIndexer {
   }
 };
 
-// Builds the indexer for inputs of `in_shapes` broadcast to `out`; size-1 output dims are
-// dropped and contiguous runs merged so common cases index in one or two steps.
+// Row-major element strides of a contiguous tensor of `shape`.
+inline std::vector<int64_t> contiguous_strides(const Shape& shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * shape[i + 1];
+  return st;
+}
+
+// Builds the indexer that walks `shape` in row-major order and steps input k by strides[k][d]
+// along dimension d (any element strides: 0 for broadcast, a slice's step, a transposed
+// layout); size-1 dims are dropped and runs contiguous in every input merged, so common cases
+// index in one or two steps.
 template <int kInputs>
-BroadcastIndexer<kInputs> make_broadcast_indexer(const Shape& out, const std::vector<Shape>& in_shapes,
-                                                 const std::string& where) {
-  std::vector<std::vector<int64_t>> st(kInputs);
-  for (int k = 0; k < kInputs; ++k) st[k] = broadcast_strides(in_shapes[k], out);
+BroadcastIndexer<kInputs> make_strided_indexer(const Shape& shape, const std::vector<std::vector<int64_t>>& st,
+                                               const std::string& where) {
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> strides(kInputs);
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (out[d] == 1) continue;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
     bool merge = !dims.empty();
-    for (int k = 0; merge && k < kInputs; ++k) merge = strides[k].back() == st[k][d] * out[d];
+    for (int k = 0; merge && k < kInputs; ++k) merge = strides[k].back() == st[k][d] * shape[d];
     if (merge) {
-      dims.back() *= out[d];
+      dims.back() *= shape[d];
       for (int k = 0; k < kInputs; ++k) strides[k].back() = st[k][d];
     } else {
-      dims.push_back(out[d]);
+      dims.push_back(shape[d]);
       for (int k = 0; k < kInputs; ++k) strides[k].push_back(st[k][d]);
     }
   }
   OMT_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), kUnsupported, where, ": the CUDA backend "
-            "indexes at most ", kMaxDims, " non-trivial dimensions, got ", shape_str(out));
+            "indexes at most ", kMaxDims, " non-trivial dimensions, got ", shape_str(shape));
   BroadcastIndexer<kInputs> ix;
   ix.rank = static_cast<int>(dims.size());
   for (size_t d = 0; d < dims.size(); ++d) {
@@ -72,6 +79,15 @@ BroadcastIndexer<kInputs> make_broadcast_indexer(const Shape& out, const std::ve
     for (int k = 0; k < kInputs; ++k) ix.strides[k][d] = strides[k][d];
   }
   return ix;
+}
+
+// The indexer for inputs of `in_shapes` broadcast (numpy rules) to `out`.
+template <int kInputs>
+BroadcastIndexer<kInputs> make_broadcast_indexer(const Shape& out, const std::vector<Shape>& in_shapes,
+                                                 const std::string& where) {
+  std::vector<std::vector<int64_t>> st(kInputs);
+  for (int k = 0; k < kInputs; ++k) st[k] = broadcast_strides(in_shapes[k], out);
+  return make_strided_indexer<kInputs>(out, st, where);
 }
 
 }  // namespace omt::cuda

@@ -53,41 +53,10 @@ __global__ void gather_grad_kernel(const T* __restrict__ dy, const I* __restrict
 
 // ================================== helpers ==================================
 
-std::vector<int64_t> contiguous_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
-  return st;
-}
-
 int64_t product(const Shape& s, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= s[i];
   return p;
-}
-
-// Indexer walking `shape` contiguously and stepping `strides` elsewhere (size-1 dims dropped,
-// contiguous runs merged).
-BroadcastIndexer<1> strided_indexer(const Shape& shape, const std::vector<int64_t>& strides, const std::string& where) {
-  std::vector<int64_t> dims, st;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!dims.empty() && st.back() == strides[d] * shape[d]) {
-      dims.back() *= shape[d];
-      st.back() = strides[d];
-    } else {
-      dims.push_back(shape[d]);
-      st.push_back(strides[d]);
-    }
-  }
-  OMT_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), kUnsupported, where, ": the CUDA backend indexes at most ",
-            kMaxDims, " dimensions, got ", shape_str(shape));
-  BroadcastIndexer<1> ix;
-  ix.rank = static_cast<int>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) {
-    ix.dims[d] = dims[d];
-    ix.strides[0][d] = st[d];
-  }
-  return ix;
 }
 
 void require_float(const std::string& where, const Tensor& t) {
@@ -211,7 +180,7 @@ class SliceGradKernel final : public CudaKernel {
       base += start[d] * xs[d];
       strides[d] = xs[d] * step[d];
     }
-    const BroadcastIndexer<1> ix = strided_indexer(slice_shape, strides, where());
+    const BroadcastIndexer<1> ix = make_strided_indexer<1>(slice_shape, {strides}, where());
     OMT_CUDA_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(dy.dtype()), {
       strided_scatter_kernel<T><<<blocks_for(total), kThreads, 0, stream()>>>(dy.data<T>(), out.data<T>(), total, ix,
                                                                               base);

@@ -1,7 +1,8 @@
-// Classification losses on the GPU, forward and backward side by side:
-// SoftmaxCrossEntropyLoss (+ log_prob output), NegativeLogLikelihoodLoss and
-// SoftmaxCrossEntropyLossGrad, on inputs [N, C, d1..dk] viewed as [N, C, D], int32/int64
-// targets, optional class weights, ignore_index and reduction none/sum/mean. Reductions run
+// Losses on the GPU, forward and backward side by side: SoftmaxCrossEntropyLoss (+ log_prob
+// output), NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLossGrad and
+// NegativeLogLikelihoodLossGrad, on inputs [N, C, d1..dk] viewed as [N, C, D], int32/int64
+// targets, optional class weights, ignore_index and reduction none/sum/mean; and
+// com.onnx-mirror:BCEWithLogitsLoss (mean over all elements) with its gradient. Reductions run
 // in one block in double. A target outside [0, C) that is not ignore_index makes the loss
 // (and the gradient) NaN instead of raising, so the host never waits on the device here.
 #include <cmath>
@@ -151,6 +152,60 @@ __global__ void sce_grad_kernel(const T* __restrict__ dy, const T* __restrict__ 
   }
 }
 
+// dX (zeroed before) at each position's target class: -g_p * scale * w[t]; an out-of-range
+// target makes the position's column NaN, as the forward.
+template <class T, class I>
+__global__ void nll_grad_kernel(const T* __restrict__ dy, const I* __restrict__ t, const T* __restrict__ w,
+                                const double* __restrict__ weight_sum, T* __restrict__ dx, Dims dm, LossSpec s) {
+  OMT_GRID_STRIDE(p, dm.positions()) {
+    const int64_t cls = target_class(t, p, dm.c, s);
+    if (cls == -1) continue;
+    const int64_t n = p / dm.d, d = p % dm.d;
+    T* db = dx + n * dm.c * dm.d + d;
+    if (cls < 0) {
+      for (int64_t c = 0; c < dm.c; ++c) db[c * dm.d] = std::numeric_limits<T>::quiet_NaN();
+      continue;
+    }
+    const double g = static_cast<double>(s.reduction == Reduction::kNone ? dy[p] : dy[0]);
+    const double scale = s.reduction == Reduction::kMean ? 1.0 / weight_sum[0] : 1.0;
+    db[cls * dm.d] = static_cast<T>(-(g * scale * (w ? static_cast<double>(w[cls]) : 1.0)));
+  }
+}
+
+// out[0] = mean of max(x, 0) - x * t + log1p(exp(-|x|)) (as std::max: a NaN x stays NaN), in
+// double in one block.
+template <class T>
+__global__ void bce_loss_kernel(const T* __restrict__ x, const T* __restrict__ t, T* __restrict__ out, int64_t n) {
+  __shared__ double part[kThreads];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = static_cast<double>(x[i]);
+    acc += (v < 0.0 ? 0.0 : v) - v * static_cast<double>(t[i]) + log1p(exp(-fabs(v)));
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (static_cast<int>(threadIdx.x) < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = static_cast<T>(part[0] / static_cast<double>(n));
+}
+
+// dX = g (sigmoid(x) - t), dT = -g x with g = dY / numel; a null output is not written.
+template <class T>
+__global__ void bce_grad_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ t,
+                                T* __restrict__ dx, T* __restrict__ dt, int64_t n) {
+  const T g = dy[0] / static_cast<T>(n);
+  OMT_GRID_STRIDE(i, n) {
+    const T v = x[i];
+    if (dx) {
+      const T sig = v >= T(0) ? T(1) / (T(1) + exp(-v)) : exp(v) / (T(1) + exp(v));
+      dx[i] = g * (sig - t[i]);
+    }
+    if (dt) dt[i] = -g * v;
+  }
+}
+
 // ================================== op kernels ==================================
 
 LossSpec read_spec(const KernelInfo& info) {
@@ -285,9 +340,97 @@ class SoftmaxCrossEntropyLossGradKernel final : public CudaKernel {
   bool from_scores_;
 };
 
+// NegativeLogLikelihoodLossGrad(dY, shape of input, target, weight?) -> dInput.
+class NegativeLogLikelihoodLossGradKernel final : public CudaKernel {
+ public:
+  NegativeLogLikelihoodLossGradKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), spec_(read_spec(info)) {}
+  InputPlace input_place(int i) const override { return i == 1 ? InputPlace::kHost : InputPlace::kDevice; }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Shape xs = ctx.in(1).to_int64_vector();
+    const Tensor& target = ctx.in(2);
+    const Tensor* weight = optional_input(ctx, 3);
+    const Dims dm = check_dims(where(), xs, target, weight, dy.dtype());
+    OMT_CHECK(dy.numel() == (spec_.reduction == Reduction::kNone ? dm.positions() : 1), kModel, where(), ": dY ",
+              dy.describe(), " does not match the loss");
+    Tensor& dx = ctx.output(0, dy.dtype(), xs);
+    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    cu_.fill_zero(dx);
+    if (dm.positions() == 0 || dm.c == 0) return;
+    Tensor wsum = cu_.allocate(DType::kFloat64, {1});
+    OMT_CUDA_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(dy.dtype()), {
+      if (target.dtype() == DType::kInt64) run<T, int64_t>(dy, target.data<int64_t>(), weight, wsum, dx, dm);
+      else run<T, int32_t>(dy, target.data<int32_t>(), weight, wsum, dx, dm);
+    });
+  }
+
+ private:
+  template <class T, class I>
+  void run(const Tensor& dy, const I* t, const Tensor* weight, Tensor& wsum, Tensor& dx, Dims dm) {
+    const T* w = weight ? weight->data<T>() : nullptr;
+    weight_sum_kernel<T, I><<<1, kThreads, 0, stream()>>>(t, w, wsum.data<double>(), dm, spec_);
+    OMT_CUDA_CHECK_LAUNCH();
+    nll_grad_kernel<T, I><<<blocks_for(dm.positions()), kThreads, 0, stream()>>>(
+        dy.data<T>(), t, w, wsum.data<double>(), dx.data<T>(), dm, spec_);
+    OMT_CUDA_CHECK_LAUNCH();
+  }
+
+  LossSpec spec_;
+};
+
+void check_bce_inputs(const std::string& where, const Tensor& x, const Tensor& t) {
+  OMT_CHECK(x.shape() == t.shape() && x.dtype() == t.dtype(), kInvalidArgument, where, ": logits ", x.describe(),
+            " and targets ", t.describe(), " must have the same shape and dtype");
+}
+
+// BCEWithLogitsLoss(logits, targets) -> scalar mean loss.
+class BCEWithLogitsLossKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& t = ctx.in(1);
+    check_bce_inputs(where(), x, t);
+    Tensor& out = ctx.output(0, x.dtype(), {});
+    OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
+      bce_loss_kernel<T><<<1, kThreads, 0, stream()>>>(x.data<T>(), t.data<T>(), out.data<T>(), x.numel());
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+  }
+};
+
+// BCEWithLogitsLossGrad(dY, logits, targets) -> dLogits, dTargets (each only when read).
+class BCEWithLogitsLossGradKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    const Tensor& t = ctx.in(2);
+    check_bce_inputs(where(), x, t);
+    OMT_CHECK(dy.numel() == 1 && dy.dtype() == x.dtype(), kModel, where(), ": dY must be a scalar ",
+              dtype_name(x.dtype()), ", got ", dy.describe());
+    Tensor* dx = wanted(ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
+    Tensor* dt = wanted(ctx, 1) ? &ctx.output(1, x.dtype(), x.shape()) : nullptr;
+    const int64_t n = x.numel();
+    OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
+      if (n == 0 || (!dx && !dt)) break;
+      bce_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(dy.data<T>(), x.data<T>(), t.data<T>(),
+                                                                   dx ? dx->data<T>() : nullptr,
+                                                                   dt ? dt->data<T>() : nullptr, n);
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+  }
+};
+
 OMT_REGISTER_CUDA_KERNEL("SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyLossKernel);
 OMT_REGISTER_CUDA_KERNEL("NegativeLogLikelihoodLoss", NegativeLogLikelihoodLossKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "SoftmaxCrossEntropyLossGrad", SoftmaxCrossEntropyLossGradKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "NegativeLogLikelihoodLossGrad", NegativeLogLikelihoodLossGradKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "BCEWithLogitsLoss", BCEWithLogitsLossKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "BCEWithLogitsLossGrad", BCEWithLogitsLossGradKernel);
 
 }  // namespace
 }  // namespace omt::cuda

@@ -1,8 +1,14 @@
-// com.onnx-mirror:SGD and com.onnx-mirror:Adam on the GPU with torch.optim's formulas, as
-// backends/cpu/optimizers_torch.cc (SGD: momentum, dampening, Nesterov, weight decay; Adam
-// and, with decoupled=1, AdamW). lr and step are host scalars; param and state are updated in
-// place and handed back (Note [in place] in the CPU file); plan constants get fresh memory.
+// Optimizers on the GPU. com.onnx-mirror:SGD and com.onnx-mirror:Adam follow torch.optim's
+// formulas, as backends/cpu/optimizers_torch.cc (SGD: momentum, dampening, Nesterov, weight
+// decay; Adam and, with decoupled=1, AdamW): lr and step are host scalars; param and state are
+// updated in place and handed back (Note [in place] in the CPU file); plan constants get fresh
+// memory. ai.onnx.preview.training:Momentum, Adam and Adagrad follow the ONNX pseudo code, as
+// backends/cpu/optimizers.cc: R and T are host scalars, every tensor group [X.., G.., states..]
+// is updated into the node's outputs (which may alias the inputs: each thread reads its
+// element before writing it), one launch per optimized tensor.
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_kernels.cuh"
 
@@ -39,6 +45,45 @@ __global__ void adam_kernel(T* __restrict__ p, const T* __restrict__ g, T* __res
     m[i] = mi;
     v[i] = vi;
     p[i] = pi - step_size * mi / (sqrt(vi) / bc2_sqrt + eps);
+  }
+}
+
+// ai.onnx.preview.training kernels: a null output is not wanted and not written.
+template <class T>
+__global__ void onnx_momentum_kernel(const T* x, const T* g, const T* v, T* x_new, T* v_new, int64_t n, T r,
+                                     T alpha, T beta, T norm, bool nesterov) {
+  OMT_GRID_STRIDE(j, n) {
+    const T xj = x[j];
+    const T gr = norm * xj + g[j];
+    const T vn = alpha * v[j] + beta * gr;
+    if (v_new) v_new[j] = vn;
+    if (x_new) x_new[j] = nesterov ? xj - r * (gr + alpha * vn) : xj - r * vn;
+  }
+}
+
+template <class T>
+__global__ void onnx_adam_kernel(const T* x, const T* g, const T* v, const T* h, T* x_new, T* v_new, T* h_new,
+                                 int64_t n, T r, T a, T b, T norm, T eps, T post) {
+  OMT_GRID_STRIDE(j, n) {
+    const T xj = x[j];
+    const T gr = norm * xj + g[j];
+    const T vn = a * v[j] + (T(1) - a) * gr;
+    const T hn = b * h[j] + (T(1) - b) * gr * gr;
+    if (v_new) v_new[j] = vn;
+    if (h_new) h_new[j] = hn;
+    if (x_new) x_new[j] = post * (xj - r * (vn / (sqrt(hn) + eps)));
+  }
+}
+
+template <class T>
+__global__ void onnx_adagrad_kernel(const T* x, const T* g, const T* h, T* x_new, T* h_new, int64_t n, T r, T norm,
+                                    T eps) {
+  OMT_GRID_STRIDE(j, n) {
+    const T xj = x[j];
+    const T gr = norm * xj + g[j];
+    const T hn = h[j] + gr * gr;
+    if (h_new) h_new[j] = hn;
+    if (x_new) x_new[j] = xj - r * gr / (sqrt(hn) + eps);
   }
 }
 
@@ -186,8 +231,182 @@ class AdamKernel final : public OptimizerKernel {
   bool decoupled_;
 };
 
+// ---- ai.onnx.preview.training ----------------------------------------------------------------
+
+// Inputs [R, T, X_1..X_n, G_1..G_n, <state_1..state_n>...] with `groups` groups (X, G and the
+// states); outputs [X_new.., <new state>...]. Checks as backends/cpu/optimizers.cc.
+class OnnxOptimizerKernel : public CudaKernel {
+ public:
+  OnnxOptimizerKernel(const KernelInfo& info, CudaContext& cu, int groups) : CudaKernel(info, cu), groups_(groups) {}
+  InputPlace input_place(int i) const override { return i < 2 ? InputPlace::kHost : InputPlace::kDevice; }
+
+ protected:
+  struct Scalars {
+    double r;
+    int64_t t;
+  };
+
+  Scalars read_scalars(const KernelContext& ctx) const {
+    const Tensor& r = ctx.in(0);
+    const Tensor& t = ctx.in(1);
+    OMT_CHECK(r.numel() == 1 && (r.dtype() == DType::kFloat32 || r.dtype() == DType::kFloat64), kModel, where(),
+              ": R must be a float or double scalar, got ", r.describe());
+    OMT_CHECK(t.numel() == 1 && t.dtype() == DType::kInt64, kModel, where(), ": T must be an int64 scalar, got ",
+              t.describe());
+    return {r.value_as_double(0), t.data<int64_t>()[0]};
+  }
+
+  // Number of optimized tensors.
+  int count(const KernelContext& ctx) const {
+    const int in = ctx.num_inputs(), out = ctx.num_outputs();
+    const int n = (in - 2) / groups_;
+    OMT_CHECK(in >= 2 + groups_ && (in - 2) % groups_ == 0, kModel, where(), ": expected R, T and ", groups_,
+              " groups of equally many tensors, got ", in, " inputs");
+    OMT_CHECK(out == (groups_ - 1) * n, kModel, where(), ": expected ", (groups_ - 1) * n, " outputs for ", n,
+              " optimized tensors, got ", out);
+    return n;
+  }
+
+  // Tensor i's inputs (X, G, states) as device pointers and its outputs (X_new, new states),
+  // null where the graph does not read them; dtypes and shapes checked.
+  template <class T>
+  void slot(KernelContext& ctx, int n, int i, std::vector<const T*>& in, std::vector<T*>& out) const {
+    const Tensor& x = ctx.in(2 + i);
+    in.clear();
+    out.clear();
+    for (int g = 0; g < groups_; ++g) {
+      const Tensor& t = ctx.in(2 + g * n + i);
+      OMT_CHECK(t.dtype() == x.dtype(), kModel, where(), ": input ", 2 + g * n + i, " is ", t.describe(),
+                ", expected the dtype of X ", x.describe());
+      OMT_CHECK(t.shape() == x.shape(), kUnsupported, where(), ": input ", 2 + g * n + i, " is ", t.describe(),
+                " and X is ", x.describe(),
+                "; broadcasting between an optimized tensor and its gradient or state is not supported");
+      in.push_back(t.data<T>());
+    }
+    for (int g = 0; g + 1 < groups_; ++g) {
+      const int o = g * n + i;
+      out.push_back(wanted(ctx, o) ? ctx.output(o, x.dtype(), x.shape()).data<T>() : nullptr);
+    }
+  }
+
+  // Runs body<T>(n, i) for every optimized tensor i after checking its dtype.
+  template <class Body>
+  void for_each_tensor(KernelContext& ctx, Body body) {
+    const int n = count(ctx);
+    for (int i = 0; i < n; ++i) {
+      const Tensor& x = ctx.in(2 + i);
+      OMT_CHECK(x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64, kModel, where(), ": optimized tensor ",
+                i, " is ", x.describe(), ", expected float or double");
+      OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), body(T{}, n, i, x.numel()));
+    }
+  }
+
+ private:
+  int groups_;
+};
+
+class OnnxMomentumKernel final : public OnnxOptimizerKernel {
+ public:
+  OnnxMomentumKernel(const KernelInfo& info, CudaContext& cu)
+      : OnnxOptimizerKernel(info, cu, 3),
+        alpha_(info.attr().get_float("alpha", 0.0f)),
+        beta_(info.attr().get_float("beta", 0.0f)),
+        norm_(info.attr().get_float("norm_coefficient", 0.0f)) {
+    for (const char* a : {"alpha", "beta", "norm_coefficient", "mode"})
+      OMT_CHECK(info.attr().has(a), kModel, info.where(), ": required attribute '", a, "' is missing");
+    const std::string mode = info.attr().get_string("mode", "");
+    OMT_CHECK(mode == "standard" || mode == "nesterov", kModel, info.where(), ": mode '", mode,
+              "' is neither 'standard' nor 'nesterov'");
+    nesterov_ = mode == "nesterov";
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Scalars sc = read_scalars(ctx);
+    const double beta = sc.t > 0 ? beta_ : 1.0;
+    for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
+      using T = decltype(tag);
+      std::vector<const T*> in;
+      std::vector<T*> out;
+      slot<T>(ctx, n, i, in, out);
+      if (count == 0) return;
+      onnx_momentum_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
+          in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(sc.r), static_cast<T>(alpha_),
+          static_cast<T>(beta), static_cast<T>(norm_), nesterov_);
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+  }
+
+ private:
+  float alpha_, beta_, norm_;
+  bool nesterov_ = false;
+};
+
+class OnnxAdamKernel final : public OnnxOptimizerKernel {
+ public:
+  OnnxAdamKernel(const KernelInfo& info, CudaContext& cu)
+      : OnnxOptimizerKernel(info, cu, 4),
+        alpha_(info.attr().get_float("alpha", 0.9f)),
+        beta_(info.attr().get_float("beta", 0.999f)),
+        norm_(info.attr().get_float("norm_coefficient", 0.0f)),
+        norm_post_(info.attr().get_float("norm_coefficient_post", 0.0f)),
+        epsilon_(info.attr().get_float("epsilon", 1e-6f)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Scalars sc = read_scalars(ctx);
+    const double alpha = alpha_, beta = beta_, t = static_cast<double>(sc.t);
+    // The bias correction folds into the learning rate (ONNX's pseudo code), in double.
+    const double r = sc.t > 0 ? sc.r * std::sqrt(1.0 - std::pow(beta, t)) / (1.0 - std::pow(alpha, t)) : sc.r;
+    for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
+      using T = decltype(tag);
+      std::vector<const T*> in;
+      std::vector<T*> out;
+      slot<T>(ctx, n, i, in, out);
+      if (count == 0) return;
+      onnx_adam_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
+          in[0], in[1], in[2], in[3], out[0], out[1], out[2], count, static_cast<T>(r), static_cast<T>(alpha),
+          static_cast<T>(beta), static_cast<T>(norm_), static_cast<T>(epsilon_),
+          static_cast<T>(1.0 - static_cast<double>(norm_post_)));
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+  }
+
+ private:
+  float alpha_, beta_, norm_, norm_post_, epsilon_;
+};
+
+class OnnxAdagradKernel final : public OnnxOptimizerKernel {
+ public:
+  OnnxAdagradKernel(const KernelInfo& info, CudaContext& cu)
+      : OnnxOptimizerKernel(info, cu, 3),
+        epsilon_(info.attr().get_float("epsilon", 1e-6f)),
+        decay_(info.attr().get_float("decay_factor", 0.0f)),
+        norm_(info.attr().get_float("norm_coefficient", 0.0f)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Scalars sc = read_scalars(ctx);
+    const double r = sc.r / (1.0 + static_cast<double>(sc.t) * decay_);
+    for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
+      using T = decltype(tag);
+      std::vector<const T*> in;
+      std::vector<T*> out;
+      slot<T>(ctx, n, i, in, out);
+      if (count == 0) return;
+      onnx_adagrad_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
+          in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(r), static_cast<T>(norm_),
+          static_cast<T>(epsilon_));
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+  }
+
+ private:
+  float epsilon_, decay_, norm_;
+};
+
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "SGD", SgdKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "Adam", AdamKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("ai.onnx.preview.training", "Momentum", OnnxMomentumKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("ai.onnx.preview.training", "Adam", OnnxAdamKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("ai.onnx.preview.training", "Adagrad", OnnxAdagradKernel);
 
 }  // namespace
 }  // namespace omt::cuda

@@ -1,8 +1,9 @@
 // Pooling on the GPU, forward and backward side by side: MaxPool (with Indices), AveragePool,
-// GlobalAveragePool, GlobalMaxPool and their com.onnx-mirror grads. Hand-written rather than
-// cuDNN: ONNX's ceil_mode, asymmetric pads, dilations, count_include_pad and PyTorch's
-// "first maximum gets the gradient" rule (backends/cpu/grad_pool.cc) do not all fit cuDNN's
-// pooling descriptor. Windows are resolved exactly as backends/cpu/pool.cc resolves them.
+// GlobalAveragePool, GlobalMaxPool, their com.onnx-mirror grads and MaxPoolReluGrad.
+// Hand-written rather than cuDNN: ONNX's ceil_mode, asymmetric pads, dilations,
+// count_include_pad and PyTorch's "first maximum gets the gradient" rule
+// (backends/cpu/grad_pool.cc) do not all fit cuDNN's pooling descriptor. Windows are resolved
+// exactly as backends/cpu/pool.cc resolves them.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -100,10 +101,11 @@ __global__ void avg_pool_kernel(const T* __restrict__ x, T* __restrict__ y, int6
   }
 }
 
-// dX[first argmax of window] += dY (a NaN wins, as PyTorch's CPU max pooling).
+// dX[first argmax of window] += dY (a NaN wins, as PyTorch's CPU max pooling); with `relu`
+// (MaxPoolReluGrad) only where X there is > 0, ReluGrad folded in.
 template <class T>
 __global__ void max_pool_grad_kernel(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
-                                     int64_t n, PoolGeom g) {
+                                     int64_t n, PoolGeom g, bool relu) {
   const int64_t osz = g.out_size(), isz = g.in_size();
   OMT_GRID_STRIDE(i, n) {
     const int64_t pl = i / osz, o = i % osz;
@@ -120,7 +122,7 @@ __global__ void max_pool_grad_kernel(const T* __restrict__ x, const T* __restric
         nan_seen = isnan(v);
       }
     });
-    if (arg >= 0) atomicAdd(dx + pl * isz + arg, dy[i]);
+    if (arg >= 0 && (!relu || xp[arg] > T(0))) atomicAdd(dx + pl * isz + arg, dy[i]);
   }
 }
 
@@ -321,9 +323,12 @@ void check_dy(const std::string& where, const Tensor& dy, const Shape& out) {
   OMT_CHECK(dy.shape() == out, kModel, where, ": dY is ", dy.describe(), " but the pooling output is ", shape_str(out));
 }
 
+// MaxPoolGrad(dY, X) -> dX; MaxPoolReluGrad(dY, X) -> dX where X > 0, 0 elsewhere (X is a Relu's
+// output, so this is ReluGrad(MaxPoolGrad(dY, X), X): graph/fusion.h).
 class MaxPoolGradKernel final : public CudaKernel {
  public:
-  MaxPoolGradKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu), attrs_(info, true) {}
+  MaxPoolGradKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), attrs_(info, true), relu_(info.op_type == "MaxPoolReluGrad") {}
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
@@ -336,13 +341,15 @@ class MaxPoolGradKernel final : public CudaKernel {
     const int64_t n = dy.numel();
     if (n == 0) return;
     OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
-      max_pool_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(x.data<T>(), dy.data<T>(), dx.data<T>(), n, g);
+      max_pool_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(x.data<T>(), dy.data<T>(), dx.data<T>(), n, g,
+                                                                         relu_);
       OMT_CUDA_CHECK_LAUNCH();
     });
   }
 
  private:
   PoolAttrs attrs_;
+  bool relu_;
 };
 
 // AveragePoolGrad(dY, shape of X) -> dX.
@@ -417,6 +424,7 @@ OMT_REGISTER_CUDA_KERNEL("AveragePool", AveragePoolKernel);
 OMT_REGISTER_CUDA_KERNEL("GlobalAveragePool", GlobalPoolKernel<false>);
 OMT_REGISTER_CUDA_KERNEL("GlobalMaxPool", GlobalPoolKernel<true>);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "MaxPoolGrad", MaxPoolGradKernel);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "MaxPoolReluGrad", MaxPoolGradKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "AveragePoolGrad", AveragePoolGradKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "GlobalAveragePoolGrad", GlobalAveragePoolGradKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "GlobalMaxPoolGrad", GlobalMaxPoolGradKernel);

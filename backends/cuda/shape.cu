@@ -41,36 +41,12 @@ __global__ void gather_kernel(const T* __restrict__ data, const I* __restrict__ 
 
 // ================================== launchers ==================================
 
-std::vector<int64_t> contiguous_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
-  return st;
-}
-
 // Gather of `out_shape` elements where output dim d steps the input by in_strides[d].
 void launch_strided_gather(cudaStream_t s, const Tensor& x, Tensor& y, const std::vector<int64_t>& in_strides,
                            int64_t base, const std::string& where) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  BroadcastIndexer<1> ix;
-  std::vector<int64_t> dims, strides;
-  for (size_t d = 0; d < y.shape().size(); ++d) {
-    if (y.shape()[d] == 1) continue;
-    if (!dims.empty() && strides.back() == in_strides[d] * y.shape()[d]) {
-      dims.back() *= y.shape()[d];
-      strides.back() = in_strides[d];
-    } else {
-      dims.push_back(y.shape()[d]);
-      strides.push_back(in_strides[d]);
-    }
-  }
-  OMT_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), kUnsupported, where,
-            ": the CUDA backend indexes at most ", kMaxDims, " dimensions, got ", shape_str(y.shape()));
-  ix.rank = static_cast<int>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) {
-    ix.dims[d] = dims[d];
-    ix.strides[0][d] = strides[d];
-  }
+  const BroadcastIndexer<1> ix = make_strided_indexer<1>(y.shape(), {in_strides}, where);
   OMT_CUDA_DISPATCH_WIDTH(x.dtype(), OMT_FAIL(kUnsupported, where, ": dtype ", dtype_name(x.dtype())), {
     strided_gather_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x.raw()),
                                                                 static_cast<T*>(y.raw()), n, ix, base);

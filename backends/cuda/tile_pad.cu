@@ -112,12 +112,6 @@ __global__ void pad_grad_kernel(const T* __restrict__ dy, T* __restrict__ dx, in
 
 // ================================== helpers ==================================
 
-std::vector<int64_t> contiguous_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
-  return st;
-}
-
 void check_rank(int64_t r, const std::string& where) {
   OMT_CHECK(r <= kMaxDims, kUnsupported, where, ": the CUDA backend indexes at most ", kMaxDims,
             " dimensions, got rank ", r);

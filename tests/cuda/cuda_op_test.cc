@@ -54,6 +54,24 @@ Tensor ints(const std::vector<int64_t>& v) { return Tensor::from_vector<int64_t>
 Tensor scalar_f(float v) { return Tensor::scalar<float>(v); }
 Tensor scalar_i(int64_t v) { return Tensor::scalar<int64_t>(v); }
 
+Tensor as_double(const Tensor& f) {
+  Tensor d = Tensor::empty(DType::kFloat64, f.shape());
+  for (int64_t i = 0; i < f.numel(); ++i) d.data<double>()[i] = f.data<float>()[i];
+  return d;
+}
+
+Tensor relu(Tensor t) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::max(t.data<float>()[i], 0.f);
+  return t;
+}
+
+// Integer-valued floats in [0, levels): ties between inputs are certain.
+Tensor levels(const Shape& shape, uint64_t seed, int levels) {
+  Tensor t = uniform(shape, seed, 0.f, static_cast<float>(levels));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::floor(t.data<float>()[i]);
+  return t;
+}
+
 Tensor to_host(const Tensor& t) {
   if (t.device().kind == DeviceKind::kCpu) return t;
   cuda::CudaContext cu(t.device().index);
@@ -847,7 +865,248 @@ std::vector<OpCase> all_cases() {
     cases.push_back(OpCase{"DropoutGrad_inference", "DropoutGrad", kMirror, {},
                            {uniform({6, 7}, 234), mask, scalar_f(0.25f)}, {}, 1});
   }
+  // ConvTranspose: cuDNN writes Y directly (symmetric pads, output_padding < stride) or via the
+  // cropped core (asymmetric pads, output_shape, auto_pad, negative begin padding): Note
+  // [ConvTranspose on cuDNN] in backends/cuda/conv.cc.
+  {
+    auto conv_t = [&](const std::string& name, AttributeMap a, std::vector<Tensor> in, std::vector<bool> init = {}) {
+      cases.push_back(OpCase{"ConvTranspose" + name, "ConvTranspose", "", a, std::move(in), std::move(init), 1, 1e-4, 1e-5});
+    };
+    AttributeMap s2;
+    s2.set("strides", std::vector<int64_t>{2, 2});
+    conv_t("", s2, {uniform({2, 4, 5, 5}, 301), uniform({4, 3, 3, 3}, 302), uniform({3}, 303)}, {false, true, true});
+    AttributeMap g = s2;
+    g.set("group", int64_t{2});
+    g.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g.set("output_padding", std::vector<int64_t>{1, 1});
+    conv_t("_group_pads_output_padding", g, {uniform({2, 4, 4, 5}, 304), uniform({4, 2, 3, 3}, 305), uniform({4}, 306)});
+    AttributeMap asym;
+    asym.set("pads", std::vector<int64_t>{0, 1, 2, 0});
+    asym.set("dilations", std::vector<int64_t>{2, 1});
+    conv_t("_asymmetric_pads_dilated_double", asym,
+           {as_double(uniform({1, 3, 4, 4}, 307)), as_double(uniform({3, 2, 3, 3}, 308)), as_double(uniform({2}, 309))});
+    AttributeMap os = s2;
+    os.set("output_shape", std::vector<int64_t>{10, 12});
+    conv_t("_output_shape", os, {uniform({1, 2, 4, 5}, 310), uniform({2, 3, 3, 3}, 311), uniform({3}, 312)});
+    for (const char* mode : {"SAME_UPPER", "SAME_LOWER"}) {
+      AttributeMap a = s2;
+      a.set("auto_pad", std::string(mode));
+      conv_t(std::string("_") + mode, a, {uniform({1, 2, 3, 4}, 313), uniform({2, 2, 3, 3}, 314), uniform({2}, 315)});
+    }
+    AttributeMap neg;
+    neg.set("strides", std::vector<int64_t>{2});
+    neg.set("auto_pad", std::string("SAME_UPPER"));
+    neg.set("output_shape", std::vector<int64_t>{14});  // longer than the core: begin padding -2
+    conv_t("_1d_output_shape_negative_pad", neg, {uniform({1, 2, 5}, 316), uniform({2, 1, 3}, 317), uniform({1}, 318)});
+    AttributeMap one;
+    one.set("strides", std::vector<int64_t>{3});
+    one.set("dilations", std::vector<int64_t>{2});
+    one.set("pads", std::vector<int64_t>{1, 1});
+    one.set("output_padding", std::vector<int64_t>{2});
+    conv_t("_1d_dilated", one, {uniform({2, 3, 7}, 319), uniform({3, 2, 3}, 320)});
+    AttributeMap three;
+    three.set("strides", std::vector<int64_t>{2, 2, 2});
+    conv_t("_3d", three, {uniform({1, 2, 3, 3, 3}, 321), uniform({2, 2, 2, 2, 2}, 322), uniform({2}, 323)});
+  }
+  // FusedConv (Conv -> Relu, graph/fusion.h).
+  {
+    AttributeMap a;
+    a.set("activation", std::string("Relu"));
+    a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    cases.push_back(OpCase{"FusedConv", "FusedConv", kMirror, a,
+                           {uniform({2, 3, 9, 9}, 331), uniform({4, 3, 3, 3}, 332), uniform({4}, 333)}, {false, true, true},
+                           1, 1e-4, 1e-5});
+    AttributeMap b;
+    b.set("activation", std::string("Relu"));
+    b.set("strides", std::vector<int64_t>{2});
+    cases.push_back(OpCase{"FusedConv_1d_no_bias_double", "FusedConv", kMirror, b,
+                           {as_double(uniform({2, 3, 10}, 334)), as_double(uniform({5, 3, 3}, 335))}, {}, 1, 1e-9, 1e-12});
+  }
+
+  // GatherElements, GatherND, ScatterElements (negative indices, int32 and int64 indices;
+  // ScatterElements with duplicate indices, applied in the CPU's order on both backends).
+  {
+    auto i32 = [](const std::vector<int32_t>& v, const Shape& s) { return Tensor::from_vector<int32_t>(v, s); };
+    auto i64 = [](const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector<int64_t>(v, s); };
+    std::vector<int64_t> ge(30);
+    for (size_t i = 0; i < ge.size(); ++i) ge[i] = static_cast<int64_t>(i * 7 % 8) - 4;  // [-4, 3]
+    AttributeMap a1;
+    a1.set("axis", int64_t{1});
+    cases.push_back(OpCase{"GatherElements_negative", "GatherElements", "", a1, {uniform({3, 4, 5}, 341), i64(ge, {3, 2, 5})},
+                           {}, 1, 0.0, 0.0});
+    std::vector<int32_t> gl(36);
+    for (size_t i = 0; i < gl.size(); ++i) gl[i] = static_cast<int32_t>(i * 5 % 10) - 5;  // [-5, 4]
+    AttributeMap last;
+    last.set("axis", int64_t{-1});
+    cases.push_back(OpCase{"GatherElements_last_axis_int32_smaller", "GatherElements", "", last,
+                           {uniform({3, 4, 5}, 342), i32(gl, {2, 3, 6})}, {false, true}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"GatherElements_int64_data", "GatherElements", "", {},
+                           {i64({5, -7, 9, 11, 13, -15}, {2, 3}), i64({1, -2, 0}, {1, 3})}, {}, 1, 0.0, 0.0});
+
+    cases.push_back(OpCase{"GatherND", "GatherND", "", {}, {uniform({3, 4, 5}, 343), i64({2, -1, 0, 3}, {2, 2})}, {}, 1,
+                           0.0, 0.0});
+    AttributeMap b1;
+    b1.set("batch_dims", int64_t{1});
+    cases.push_back(OpCase{"GatherND_batch_dims_int32", "GatherND", "", b1,
+                           {uniform({2, 3, 4}, 344), i32({2, -3, 0, 1}, {2, 2, 1})}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"GatherND_elements", "GatherND", "", {},
+                           {uniform({3, 4}, 345), i64({0, 0, 2, -1, -3, 3, 1, 2}, {4, 2})}, {false, true}, 1, 0.0, 0.0});
+
+    // Lines with repeated targets: none keeps the last update, add and mul combine in order.
+    const Tensor dup = i64({1, -3, 1, 0, 0, 2, 3, -1, 3}, {3, 3});
+    AttributeMap none;
+    none.set("axis", int64_t{1});
+    cases.push_back(OpCase{"ScatterElements_none_duplicates", "ScatterElements", "", none,
+                           {uniform({3, 4}, 346), dup, uniform({3, 3}, 347)}, {}, 1, 0.0, 0.0});
+    AttributeMap add;
+    add.set("reduction", std::string("add"));
+    cases.push_back(OpCase{"ScatterElements_add_axis0", "ScatterElements", "", add,
+                           {uniform({4, 3}, 348), i64({0, 1, -4, 2, 3, 1, 0, 1, 2, -2}, {5, 2}), uniform({5, 2}, 349)}, {},
+                           1, 0.0, 0.0});
+    AttributeMap mul;
+    mul.set("reduction", std::string("mul"));
+    mul.set("axis", int64_t{-1});
+    cases.push_back(OpCase{"ScatterElements_mul_last_axis_int32", "ScatterElements", "", mul,
+                           {uniform({2, 3, 4}, 350), i32({0, 3, 0, -1, 1, 1, 2, 2, -4, 3, 3, 0}, {2, 2, 3}),
+                            uniform({2, 2, 3}, 351, 0.5f, 2.f)},
+                           {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{"ScatterElements_add_int64_data", "ScatterElements", "", add,
+                           {i64({1, 2, 3, 4, 5, 6}, {3, 2}), i64({2, 0, 2, -1}, {2, 2}), i64({10, 20, 30, 40}, {2, 2})}, {},
+                           1, 0.0, 0.0});
+  }
+
+  // ONNX's training optimizers (ai.onnx.preview.training), two optimized tensors where the
+  // op is variadic.
+  {
+    const char* const kTraining = "ai.onnx.preview.training";
+    AttributeMap m;
+    m.set("alpha", 0.9f);
+    m.set("beta", 0.1f);
+    m.set("norm_coefficient", 0.01f);
+    m.set("mode", std::string("standard"));
+    cases.push_back(OpCase{"Momentum_standard", "Momentum", kTraining, m,
+                           {scalar_f(0.1f), scalar_i(3), uniform({5, 3}, 361), uniform({7}, 362), uniform({5, 3}, 363),
+                            uniform({7}, 364), uniform({5, 3}, 365), uniform({7}, 366)},
+                           {}, 4, 1e-5, 1e-6});
+    AttributeMap nm = m;
+    nm.set("mode", std::string("nesterov"));
+    cases.push_back(OpCase{"Momentum_nesterov_step0", "Momentum", kTraining, nm,
+                           {scalar_f(0.05f), scalar_i(0), uniform({6, 4}, 367), uniform({6, 4}, 368), uniform({6, 4}, 369)},
+                           {}, 2, 1e-5, 1e-6});
+    AttributeMap ad;
+    ad.set("alpha", 0.8f);
+    ad.set("beta", 0.95f);
+    ad.set("norm_coefficient", 0.02f);
+    ad.set("norm_coefficient_post", 0.01f);
+    ad.set("epsilon", 1e-5f);
+    cases.push_back(OpCase{"Adam_onnx", "Adam", kTraining, ad,
+                           {scalar_f(0.01f), scalar_i(4), uniform({9, 5}, 370), uniform({9, 5}, 371), uniform({9, 5}, 372),
+                            uniform({9, 5}, 373, 0.f, 1.f)},
+                           {}, 3, 1e-5, 1e-6});
+    AttributeMap ag;
+    ag.set("decay_factor", 0.1f);
+    ag.set("norm_coefficient", 0.01f);
+    cases.push_back(OpCase{"Adagrad", "Adagrad", kTraining, ag,
+                           {Tensor::scalar<double>(0.1), scalar_i(2), as_double(uniform({4, 3}, 374)),
+                            as_double(uniform({5}, 375)), as_double(uniform({4, 3}, 376)), as_double(uniform({5}, 377)),
+                            as_double(uniform({4, 3}, 378, 0.f, 1.f)), as_double(uniform({5}, 379, 0.f, 1.f))},
+                           {}, 4, 1e-9, 1e-12});
+  }
+
+  // BCE-with-logits and NLL gradients.
+  {
+    cases.push_back(OpCase{"BCEWithLogitsLoss", "BCEWithLogitsLoss", kMirror, {},
+                           {uniform({4, 5}, 381, -4.f, 4.f), uniform({4, 5}, 382, 0.f, 1.f)}, {}, 1, 1e-5, 1e-6});
+    cases.push_back(OpCase{"BCEWithLogitsLossGrad", "BCEWithLogitsLossGrad", kMirror, {},
+                           {scalar_f(0.7f), uniform({4, 5}, 383, -4.f, 4.f), uniform({4, 5}, 384, 0.f, 1.f)}, {}, 2, 1e-5,
+                           1e-7});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad", "NegativeLogLikelihoodLossGrad", kMirror, {},
+                           {scalar_f(1.f), ints({16, 10}), labels(16, 10, 385)}, {false, true, false}, 1, 1e-5, 1e-7});
+    AttributeMap s;
+    s.set("reduction", std::string("sum"));
+    s.set("ignore_index", int64_t{2});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_sum_weighted_ignore", "NegativeLogLikelihoodLossGrad", kMirror, s,
+                           {scalar_f(0.5f), ints({4, 5, 3}), labels(12, 5, 386).reshaped({4, 3}), uniform({5}, 387, 0.5f, 2.f)},
+                           {false, true, false, true}, 1, 1e-5, 1e-7});
+    AttributeMap mw;
+    mw.set("ignore_index", int64_t{1});
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_mean_weighted_ignore", "NegativeLogLikelihoodLossGrad", kMirror, mw,
+                           {scalar_f(1.f), ints({4, 5, 3}), labels(12, 5, 388).reshaped({4, 3}), uniform({5}, 389, 0.5f, 2.f)},
+                           {false, true, false, false}, 1, 1e-5, 1e-7});
+    AttributeMap n;
+    n.set("reduction", std::string("none"));
+    cases.push_back(OpCase{"NegativeLogLikelihoodLossGrad_none", "NegativeLogLikelihoodLossGrad", kMirror, n,
+                           {uniform({4, 3}, 390), ints({4, 5, 3}), labels(12, 5, 391).reshaped({4, 3})}, {false, true, false},
+                           1, 1e-5, 1e-7});
+  }
+
+  // PowGrad (broadcast A and B, zeros in both) and ExtremumGrad (broadcast inputs with ties).
+  {
+    Tensor a = uniform({1, 5}, 401, 0.5f, 2.f);
+    a.data<float>()[2] = 0.f;
+    const Tensor b = Tensor::from_vector<float>({0.f, 1.f, 2.f, 3.f}, {4, 1});
+    cases.push_back(OpCase{"PowGrad_broadcast_zeros", "PowGrad", kMirror, {},
+                           {uniform({4, 5}, 402), a, b, uniform({4, 5}, 403)}, {}, 2, 1e-5, 1e-6});
+    cases.push_back(OpCase{"PowGrad_int64_exponent_dA_only", "PowGrad", kMirror, {},
+                           {uniform({3, 4}, 404), uniform({3, 4}, 405, 0.5f, 2.f), ints({0, 1, -1, 3}), uniform({3, 4}, 406)},
+                           {}, 1, 1e-5, 1e-6});
+    const Tensor x0 = levels({2, 3, 4}, 407, 3), x1 = levels({3, 1}, 408, 3), x2 = levels({4}, 409, 3);
+    for (const bool is_max : {true, false}) {
+      Tensor y = Tensor::empty(DType::kFloat32, {2, 3, 4});
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j)
+          for (int64_t k = 0; k < 4; ++k) {
+            const float u = x0.data<float>()[(i * 3 + j) * 4 + k], v = x1.data<float>()[j], w = x2.data<float>()[k];
+            y.data<float>()[(i * 3 + j) * 4 + k] = is_max ? std::max({u, v, w}) : std::min({u, v, w});
+          }
+      cases.push_back(OpCase{std::string("ExtremumGrad_ties_broadcast_") + (is_max ? "max" : "min"), "ExtremumGrad",
+                             kMirror, {}, {uniform({2, 3, 4}, 410), y, x0, x1, x2}, {}, 3, 1e-6, 1e-7});
+    }
+  }
+
+  // MaxPoolReluGrad over a Relu's output (zeros included): the CNN's 2x2 windows and padded 3x3.
+  {
+    AttributeMap a;
+    a.set("kernel_shape", std::vector<int64_t>{2, 2});
+    a.set("strides", std::vector<int64_t>{2, 2});
+    cases.push_back(OpCase{"MaxPoolReluGrad", "MaxPoolReluGrad", kMirror, a,
+                           {uniform({2, 3, 4, 4}, 421), relu(uniform({2, 3, 8, 8}, 422))}, {}, 1});
+    AttributeMap b;
+    b.set("kernel_shape", std::vector<int64_t>{3, 3});
+    b.set("strides", std::vector<int64_t>{2, 2});
+    b.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    cases.push_back(OpCase{"MaxPoolReluGrad_pads", "MaxPoolReluGrad", kMirror, b,
+                           {uniform({2, 3, 4, 4}, 423), relu(uniform({2, 3, 7, 7}, 424))}, {}, 1});
+  }
   return cases;
+}
+
+// An index outside [-n, n) fails on both backends with the same model error (the GPU kernels
+// report it through a device flag, Note [bad indices on the GPU] in backends/cuda/gather_scatter.cu).
+std::vector<OpCase> bad_index_cases() {
+  std::vector<OpCase> cases;
+  AttributeMap a1;
+  a1.set("axis", int64_t{1});
+  cases.push_back(OpCase{"GatherElements_bad", "GatherElements", "", a1,
+                         {uniform({2, 3}, 431), ints({0, 2, -3, 3}).reshaped({2, 2})}, {}, 1});
+  cases.push_back(OpCase{"GatherND_bad", "GatherND", "", {}, {uniform({3, 4}, 432), ints({1, 2, -4, 0}).reshaped({2, 2})}, {},
+                         1});
+  AttributeMap add;
+  add.set("reduction", std::string("add"));
+  cases.push_back(OpCase{"ScatterElements_bad", "ScatterElements", "", add,
+                         {uniform({3, 2}, 433), ints({0, 1, -4, 2}).reshaped({2, 2}), uniform({2, 2}, 434)}, {}, 1});
+  return cases;
+}
+
+// The error `c` raises on `device` (kind must be kModel), or "" when it runs.
+std::string model_error(const OpCase& c, const std::string& device) {
+  try {
+    run_case(c, device);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << c.name << " on " << device << ": " << e.what();
+    return e.what();
+  }
+  return "";
 }
 
 class CudaOpTest : public ::testing::TestWithParam<OpCase> {};
@@ -903,6 +1162,16 @@ TEST(CudaDropout, TrainingMaskStatisticsAndGradient) {
   OpCase g{"DropoutGrad_random_mask", "DropoutGrad", kMirror, {},
            {uniform({n}, 242), masks[0], scalar_f(ratio), Tensor::scalar<bool>(true)}, {false, false, true, true}, 1};
   EXPECT_TRUE(test::tensors_close(run_case(g, "cuda").at("y0"), run_case(g, "cpu").at("y0"), 1e-6, 0.0));
+}
+
+TEST(CudaOpErrors, OutOfRangeIndicesFailOnCpu) {
+  for (const auto& c : bad_index_cases())
+    EXPECT_NE(model_error(c, "cpu").find("is out of range for"), std::string::npos) << c.name;
+}
+
+TEST(CudaOpErrors, OutOfRangeIndicesFailOnCudaAsOnCpu) {
+  OMT_SKIP_WITHOUT_CUDA();
+  for (const auto& c : bad_index_cases()) EXPECT_EQ(model_error(c, "cuda"), model_error(c, "cpu")) << c.name;
 }
 
 // Runs without a device: every case is a valid node for the reference (CPU) backend, so a

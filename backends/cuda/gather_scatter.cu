@@ -1,0 +1,337 @@
+// GatherElements, GatherND and ScatterElements on the GPU, as backends/cpu/data_movement.cc:
+// int32/int64 indices, negative ones counted from the end, any element width (add/mul
+// reductions: every numeric dtype). ScatterElements runs one thread per line of indices along
+// the axis and applies that line's updates in the CPU's order, so duplicate indices give the
+// CPU's result (last write wins, sums and products in order) without atomics. Out-of-range
+// indices fail as on the CPU: Note [bad indices on the GPU].
+#include <algorithm>
+#include <type_traits>
+
+#include "backends/cuda/cuda_kernels.cuh"
+
+namespace omt::cuda {
+namespace {
+
+// Note [bad indices on the GPU]
+// The CPU kernels reject an index outside [-n, n) with a model error. A kernel cannot throw:
+// the first thread that meets one claims a three-word device flag and records the index and
+// its data axis, every such thread skips its element (a gather writes 0), and after the launch
+// the host downloads the flag and raises the CPU's error. The download waits for the stream,
+// as the integer Mod's zero-divisor check in elementwise.cu does; the flag comes from the
+// caching arena, so no step calls cudaMalloc. (Gather in shape.cu and GatherGrad read such
+// indices as zero instead, without a check.)
+
+// ================================== kernels ==================================
+
+// flag[0] is 0 until a bad index is seen; the thread that sets it writes the index and axis.
+__device__ __forceinline__ void report_bad_index(unsigned long long* flag, int64_t k, int64_t axis) {
+  if (atomicCAS(flag, 0ull, 1ull) == 0ull) {
+    flag[1] = static_cast<unsigned long long>(k);
+    flag[2] = static_cast<unsigned long long>(axis);
+  }
+}
+
+// y[pos] = x[off(pos) + k * axis_stride] for every index element pos, where off(pos) is pos's
+// offset in x on every dimension but the axis (ix walks the indices' shape) and k its index.
+template <class T, class I>
+__global__ void gather_elements_kernel(const T* __restrict__ x, const I* __restrict__ ind, T* __restrict__ y,
+                                       int64_t total, BroadcastIndexer<1> ix, int64_t n, int64_t axis_stride,
+                                       int64_t axis, unsigned long long* flag) {
+  OMT_GRID_STRIDE(pos, total) {
+    int64_t off[1];
+    ix.offsets(pos, off);
+    int64_t k = static_cast<int64_t>(ind[pos]);
+    if (k < -n || k >= n) {
+      report_bad_index(flag, k, axis);
+      y[pos] = T(0);
+      continue;
+    }
+    if (k < 0) k += n;
+    y[pos] = x[off[0] + k * axis_stride];
+  }
+}
+
+// Sizes and element strides of the data axes one GatherND index tuple addresses.
+struct TupleAxes {
+  int64_t size[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {};
+};
+
+// base[t] = offset in data of index tuple t's slice (its batch's block plus sum_j k_j *
+// stride_j), or -1 when one of its indices is out of range.
+template <class I>
+__global__ void gather_nd_offsets_kernel(const I* __restrict__ ind, int64_t* __restrict__ base, int64_t count,
+                                         int64_t tuples_per_batch, int64_t batch_stride, int m, int64_t first_axis,
+                                         TupleAxes ax, unsigned long long* flag) {
+  OMT_GRID_STRIDE(t, count) {
+    const I* idx = ind + t * m;
+    int64_t off = (t / tuples_per_batch) * batch_stride;
+    for (int j = 0; j < m; ++j) {
+      int64_t k = static_cast<int64_t>(idx[j]);
+      const int64_t n = ax.size[j];
+      if (k < -n || k >= n) {
+        report_bad_index(flag, k, first_axis + j);
+        off = -1;
+        break;
+      }
+      if (k < 0) k += n;
+      off += k * ax.stride[j];
+    }
+    base[t] = off;
+  }
+}
+
+// y viewed [count, slice]: row t is the slice of data at base[t] (zeros for a bad tuple).
+template <class T>
+__global__ void gather_nd_copy_kernel(const T* __restrict__ x, const int64_t* __restrict__ base, T* __restrict__ y,
+                                      int64_t total, int64_t slice) {
+  OMT_GRID_STRIDE(i, total) {
+    const int64_t t = i / slice;
+    const int64_t b = base[t];
+    y[i] = b < 0 ? T(0) : x[b + (i - t * slice)];
+  }
+}
+
+enum class Reduction { kNone, kAdd, kMul };
+
+// One thread per line of the indices along the axis (ix walks the indices' shape with the axis
+// set to 1; off[0] is the line's offset in y, off[1] in indices and updates): updates j = 0, 1,
+// ... of the line go to y[off[0] + k_j * axis_stride] in order.
+template <class T, class I, Reduction kRed>
+__global__ void scatter_elements_kernel(const I* __restrict__ ind, const T* __restrict__ upd, T* __restrict__ y,
+                                        int64_t lines, BroadcastIndexer<2> ix, int64_t len, int64_t ind_axis_stride,
+                                        int64_t n, int64_t axis_stride, int64_t axis, unsigned long long* flag) {
+  OMT_GRID_STRIDE(l, lines) {
+    int64_t off[2];
+    ix.offsets(l, off);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t p = off[1] + j * ind_axis_stride;
+      int64_t k = static_cast<int64_t>(ind[p]);
+      if (k < -n || k >= n) {
+        report_bad_index(flag, k, axis);
+        continue;
+      }
+      if (k < 0) k += n;
+      T& d = y[off[0] + k * axis_stride];
+      if constexpr (kRed == Reduction::kNone) d = upd[p];
+      else if constexpr (kRed == Reduction::kAdd) d = static_cast<T>(d + upd[p]);
+      else d = static_cast<T>(d * upd[p]);
+    }
+  }
+}
+
+// ================================== helpers ==================================
+
+// The device flag of Note [bad indices on the GPU], zeroed on the stream, for one launch.
+class BadIndexFlag {
+ public:
+  explicit BadIndexFlag(CudaContext& cu) : cu_(cu), flag_(cu.allocate(DType::kInt64, {3})) { cu.fill_zero(flag_); }
+  unsigned long long* device() { return static_cast<unsigned long long*>(flag_.raw()); }
+
+  // Waits for the stream; throws the CPU kernel's model error when a kernel recorded a bad index.
+  void check(const std::string& where, const Tensor& data, const char* axis_name) {
+    int64_t h[3] = {0, 0, 0};
+    cu_.download(flag_.raw(), h, sizeof(h));
+    if (h[0] == 0) return;
+    OMT_FAIL(kModel, where, ": index ", h[1], " is out of range for ", axis_name, " ", h[2], " of size ",
+             data.dim(h[2]));
+  }
+
+ private:
+  CudaContext& cu_;
+  Tensor flag_;
+};
+
+void check_index_dtype(const std::string& where, const Tensor& ind) {
+  OMT_CHECK(ind.dtype() == DType::kInt32 || ind.dtype() == DType::kInt64, kModel, where,
+            ": indices must be int32 or int64, got ", ind.describe());
+}
+
+// GatherElements/ScatterElements shapes: equal ranks (at least 1), indices within data off the
+// axis. Returns the normalised axis.
+int64_t check_elements_shapes(const std::string& where, const Tensor& data, const Tensor& ind, int64_t axis_attr) {
+  OMT_CHECK(data.rank() >= 1 && ind.rank() == data.rank(), kModel, where, ": indices ", ind.describe(),
+            " must have the rank of data ", data.describe());
+  const int64_t axis = normalize_axis(axis_attr, data.rank(), where);
+  for (int64_t d = 0; d < data.rank(); ++d)
+    OMT_CHECK(d == axis || ind.dim(d) <= data.dim(d), kModel, where, ": indices ", ind.describe(),
+              " exceed data ", data.describe(), " on axis ", d);
+  check_index_dtype(where, ind);
+  return axis;
+}
+
+// ================================== op kernels ==================================
+
+class GatherElementsKernel final : public CudaKernel {
+ public:
+  GatherElementsKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), axis_(info.attr().get_int("axis", 0)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& ind = ctx.in(1);
+    const int64_t axis = check_elements_shapes(where(), x, ind, axis_);
+    Tensor& y = ctx.output(0, x.dtype(), ind.shape());
+    const int64_t total = ind.numel();
+    if (dtype_size(x.dtype()) == 0) unsupported_dtype(x.dtype());
+    if (total == 0) return;
+    std::vector<int64_t> xs = contiguous_strides(x.shape());
+    const int64_t axis_stride = xs[static_cast<size_t>(axis)];
+    xs[static_cast<size_t>(axis)] = 0;
+    const BroadcastIndexer<1> ix = make_strided_indexer<1>(ind.shape(), {xs}, where());
+    BadIndexFlag flag(cu_);
+    OMT_CUDA_DISPATCH_WIDTH(x.dtype(), unsupported_dtype(x.dtype()), {
+      if (ind.dtype() == DType::kInt64)
+        gather_elements_kernel<T, int64_t><<<blocks_for(total), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x.raw()), ind.data<int64_t>(), static_cast<T*>(y.raw()), total, ix, x.dim(axis),
+            axis_stride, axis, flag.device());
+      else
+        gather_elements_kernel<T, int32_t><<<blocks_for(total), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x.raw()), ind.data<int32_t>(), static_cast<T*>(y.raw()), total, ix, x.dim(axis),
+            axis_stride, axis, flag.device());
+      OMT_CUDA_CHECK_LAUNCH();
+    });
+    flag.check(where(), x, "axis");
+  }
+
+ private:
+  int64_t axis_;
+};
+
+class GatherNDKernel final : public CudaKernel {
+ public:
+  GatherNDKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), batch_dims_(info.attr().get_int("batch_dims", 0)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& ind = ctx.in(1);
+    if (dtype_size(x.dtype()) == 0) unsupported_dtype(x.dtype());
+    const int64_t b = batch_dims_;
+    const int64_t r = x.rank(), q = ind.rank();
+    OMT_CHECK(q >= 1 && r >= 1 && b >= 0 && b < std::min(q, r), kModel, where(), ": batch_dims=", b,
+              " needs data ", x.describe(), " and indices ", ind.describe(), " of larger rank");
+    const int64_t m = ind.dim(-1);
+    OMT_CHECK(m >= 1 && b + m <= r, kModel, where(), ": indices ", ind.describe(), " index ", m,
+              " dimensions of data ", x.describe(), " after ", b, " batch dims");
+    for (int64_t d = 0; d < b; ++d)
+      OMT_CHECK(x.dim(d) == ind.dim(d), kModel, where(), ": batch dimension ", d, " differs between data ",
+                x.describe(), " and indices ", ind.describe());
+    check_index_dtype(where(), ind);
+    OMT_CHECK(m <= kMaxDims, kUnsupported, where(), ": the CUDA backend indexes at most ", kMaxDims,
+              " data dimensions per index tuple, got ", m);
+    Shape out_shape(ind.shape().begin(), ind.shape().end() - 1);
+    out_shape.insert(out_shape.end(), x.shape().begin() + b + m, x.shape().end());
+    Tensor& y = ctx.output(0, x.dtype(), out_shape);
+    const int64_t count = ind.numel() / m;  // index tuples, over all batches
+    if (count == 0) return;
+    int64_t tuples = 1;  // per batch
+    for (int64_t d = b; d < q - 1; ++d) tuples *= ind.dim(d);
+    const std::vector<int64_t> xs = contiguous_strides(x.shape());
+    const int64_t batch_stride = b > 0 ? xs[static_cast<size_t>(b - 1)] : 0;
+    const int64_t slice = b + m < r ? xs[static_cast<size_t>(b + m - 1)] : 1;
+    TupleAxes ax;
+    for (int64_t j = 0; j < m; ++j) {
+      ax.size[j] = x.dim(b + j);
+      ax.stride[j] = xs[static_cast<size_t>(b + j)];
+    }
+    // Offsets of every tuple first (all indices are checked even when the slices are empty).
+    Tensor base = cu_.allocate(DType::kInt64, {count});
+    BadIndexFlag flag(cu_);
+    if (ind.dtype() == DType::kInt64)
+      gather_nd_offsets_kernel<int64_t><<<blocks_for(count), kThreads, 0, stream()>>>(
+          ind.data<int64_t>(), base.data<int64_t>(), count, tuples, batch_stride, static_cast<int>(m), b, ax,
+          flag.device());
+    else
+      gather_nd_offsets_kernel<int32_t><<<blocks_for(count), kThreads, 0, stream()>>>(
+          ind.data<int32_t>(), base.data<int64_t>(), count, tuples, batch_stride, static_cast<int>(m), b, ax,
+          flag.device());
+    OMT_CUDA_CHECK_LAUNCH();
+    const int64_t total = y.numel();
+    if (total > 0) {
+      OMT_CUDA_DISPATCH_WIDTH(x.dtype(), unsupported_dtype(x.dtype()), {
+        gather_nd_copy_kernel<T><<<blocks_for(total), kThreads, 0, stream()>>>(
+            static_cast<const T*>(x.raw()), base.data<int64_t>(), static_cast<T*>(y.raw()), total, slice);
+        OMT_CUDA_CHECK_LAUNCH();
+      });
+    }
+    flag.check(where(), x, "data axis");
+  }
+
+ private:
+  int64_t batch_dims_;
+};
+
+class ScatterElementsKernel final : public CudaKernel {
+ public:
+  ScatterElementsKernel(const KernelInfo& info, CudaContext& cu)
+      : CudaKernel(info, cu), axis_(info.attr().get_int("axis", 0)) {
+    const std::string red = info.attr().get_string("reduction", "none");
+    if (red == "none") reduction_ = Reduction::kNone;
+    else if (red == "add") reduction_ = Reduction::kAdd;
+    else if (red == "mul") reduction_ = Reduction::kMul;
+    else OMT_FAIL(kUnsupported, info.where(), ": reduction '", red, "' is not supported (opset 17 has none, add, mul)");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& ind = ctx.in(1);
+    const Tensor& upd = ctx.in(2);
+    const int64_t axis = check_elements_shapes(where(), x, ind, axis_);
+    OMT_CHECK(upd.shape() == ind.shape() && upd.dtype() == x.dtype(), kModel, where(), ": updates ",
+              upd.describe(), " must match indices' shape ", shape_str(ind.shape()), " and data's dtype ",
+              dtype_name(x.dtype()));
+    if (dtype_size(x.dtype()) == 0) unsupported_dtype(x.dtype());
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    cu_.copy_device(x, y);
+    if (ind.numel() == 0) return;
+    const size_t a = static_cast<size_t>(axis);
+    const std::vector<int64_t> is = contiguous_strides(ind.shape());
+    std::vector<int64_t> xs = contiguous_strides(x.shape());
+    const int64_t axis_stride = xs[a];
+    Shape line_shape = ind.shape();
+    line_shape[a] = 1;
+    const BroadcastIndexer<2> ix = make_strided_indexer<2>(line_shape, {xs, is}, where());
+    const int64_t len = ind.dim(axis), lines = ind.numel() / len;
+    BadIndexFlag flag(cu_);
+    const auto launch = [&](auto tag, auto red) {
+      using T = decltype(tag);
+      constexpr Reduction kRed = decltype(red)::value;
+      const auto go = [&](const auto* indices) {
+        using I = std::remove_const_t<std::remove_pointer_t<decltype(indices)>>;
+        scatter_elements_kernel<T, I, kRed><<<blocks_for(lines), kThreads, 0, stream()>>>(
+            indices, static_cast<const T*>(upd.raw()), static_cast<T*>(y.raw()), lines, ix, len, is[a], x.dim(axis),
+            axis_stride, axis, flag.device());
+      };
+      if (ind.dtype() == DType::kInt64) go(ind.data<int64_t>());
+      else go(ind.data<int32_t>());
+      OMT_CUDA_CHECK_LAUNCH();
+    };
+    using None = std::integral_constant<Reduction, Reduction::kNone>;
+    using Add = std::integral_constant<Reduction, Reduction::kAdd>;
+    using Mul = std::integral_constant<Reduction, Reduction::kMul>;
+    switch (reduction_) {
+      case Reduction::kNone:
+        OMT_CUDA_DISPATCH_WIDTH(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, None{}));
+        break;
+      case Reduction::kAdd:
+        OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Add{}));
+        break;
+      case Reduction::kMul:
+        OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Mul{}));
+        break;
+    }
+    flag.check(where(), x, "axis");
+  }
+
+ private:
+  int64_t axis_;
+  Reduction reduction_ = Reduction::kNone;
+};
+
+OMT_REGISTER_CUDA_KERNEL("GatherElements", GatherElementsKernel);
+OMT_REGISTER_CUDA_KERNEL("GatherND", GatherNDKernel);
+OMT_REGISTER_CUDA_KERNEL("ScatterElements", ScatterElementsKernel);
+
+}  // namespace
+}  // namespace omt::cuda
