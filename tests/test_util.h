@@ -14,8 +14,14 @@
 
 namespace omt::test {
 
-inline std::string source_path(const std::string& rel) { return std::string(OMT_SOURCE_DIR) + "/" + rel; }
-inline std::string tool_path() { return std::string(OMT_BINARY_DIR) + "/tools/onnx-mirror-train"; }
+// The source and build folders: the build's, or $OMT_SOURCE_DIR / $OMT_BINARY_DIR when set (a
+// build carried to another machine, tools/gpu-check.sh).
+inline std::string folder_from_env(const char* var, const char* built_in) {
+  const char* e = std::getenv(var);
+  return e != nullptr && *e != '\0' ? e : built_in;
+}
+inline std::string source_path(const std::string& rel) { return folder_from_env("OMT_SOURCE_DIR", OMT_SOURCE_DIR) + "/" + rel; }
+inline std::string tool_path() { return folder_from_env("OMT_BINARY_DIR", OMT_BINARY_DIR) + "/tools/onnx-mirror-train"; }
 
 // A fresh temporary folder, removed with its contents when the object dies.
 class TempDir {

@@ -12,7 +12,12 @@
 #   tools/gpu-check.sh BUILD_DIR LIB_DIR
 #
 # BUILD_DIR holds tools/onnx-mirror-train and tests/cuda/cuda_tests; LIB_DIR is the folder
-# shared/device/collect-libs.sh filled (carry both, e.g. build-cuda/ and build-cuda/device-libs).
+# shared/device/collect-libs.sh filled. tools/gpu-pack.sh makes both, stripped and compressed
+# under the device tool's 64 MiB carry limit:
+#
+#   tools/gpu-pack.sh build build-gpu                 # here: build-gpu/gpu-bundle.tar.gz
+#   mkdir -p /tmp/omt && tar xzf build-gpu/gpu-bundle.tar.gz -C /tmp/omt &&
+#     tools/gpu-check.sh /tmp/omt/build /tmp/omt/libs  # there (carry build-gpu)
 set -euo pipefail
 
 BUILD=${1:?usage: tools/gpu-check.sh BUILD_DIR LIB_DIR}
@@ -38,7 +43,9 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 # ---- 1. GPU tests ---------------------------------------------------------------------------------
 note "GPU tests"
 TEST_RC=0
-# The binary directly: CTest files hold the build machine's absolute paths.
+# The binary directly: CTest files hold the build machine's absolute paths. The tests read
+# models and reference data from this checkout, not from the build machine's.
+export OMT_SOURCE_DIR="$ROOT"
 timeout 240 "$BUILD/tests/cuda/cuda_tests" --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" || TEST_RC=${PIPESTATUS[0]}
 if grep -q "no CUDA device" "$OUT/gpu-tests.log"; then row "GPU tests" "SKIPPED (no CUDA device seen)"
 elif [[ $TEST_RC -eq 0 ]]; then row "GPU tests" "PASS"

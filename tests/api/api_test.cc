@@ -26,7 +26,10 @@ using onnx_mirror::Tensor;
 using onnx_mirror::Trainer;
 using onnx_mirror::TrainerOptions;
 
-std::string source(const std::string& rel) { return std::string(OMT_SOURCE_DIR) + "/" + rel; }
+std::string source(const std::string& rel) {
+  const char* e = std::getenv("OMT_SOURCE_DIR");  // as tests/test_util.h's source_path
+  return std::string(e != nullptr && *e != '\0' ? e : OMT_SOURCE_DIR) + "/" + rel;
+}
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/omt-api-test-XXXXXX";
