@@ -3,7 +3,7 @@
 // reductions: every numeric dtype). ScatterElements runs one thread per line of indices along
 // the axis and applies that line's updates in the CPU's order, so duplicate indices give the
 // CPU's result (last write wins, sums and products in order) without atomics. Out-of-range
-// indices fail as on the CPU: Note [bad indices on the GPU].
+// indices fail with the CPU's error: Note [bad indices on the GPU].
 #include <algorithm>
 #include <type_traits>
 
@@ -13,22 +13,23 @@ namespace omt::cuda {
 namespace {
 
 // Note [bad indices on the GPU]
-// The CPU kernels reject an index outside [-n, n) with a model error. A kernel cannot throw:
-// the first thread that meets one claims a three-word device flag and records the index and
-// its data axis, every such thread skips its element (a gather writes 0), and after the launch
-// the host downloads the flag and raises the CPU's error. The download waits for the stream,
-// as the integer Mod's zero-divisor check in elementwise.cu does; the flag comes from the
-// caching arena, so no step calls cudaMalloc. (Gather in shape.cu and GatherGrad read such
-// indices as zero instead, without a check.)
+// The CPU kernels reject an index outside [-n, n) with a model error naming the first bad
+// index they meet. A kernel cannot throw: every thread that meets one skips its element (a
+// gather writes 0) and lowers a one-word device flag (all ones before the launch) to the
+// index's position in the CPU's visiting order with atomicMin: the element's linear position
+// in the indices for GatherElements and ScatterElements, the index tuple for GatherND. After
+// the launch the host downloads the flag and, when it was lowered, that one index (tuple), and
+// raises the CPU's error for it. The smallest position, not the first thread to get there, so
+// with several bad indices the message is the CPU's and the same on every run. The download
+// waits for the stream, as the integer Mod's zero-divisor check in elementwise.cu does; the flag
+// comes from the caching arena, so no step calls cudaMalloc. (Gather in shape.cu and GatherGrad
+// read such indices as zero instead, without a check.)
 
 // ================================== kernels ==================================
 
-// flag[0] is 0 until a bad index is seen; the thread that sets it writes the index and axis.
-__device__ __forceinline__ void report_bad_index(unsigned long long* flag, int64_t k, int64_t axis) {
-  if (atomicCAS(flag, 0ull, 1ull) == 0ull) {
-    flag[1] = static_cast<unsigned long long>(k);
-    flag[2] = static_cast<unsigned long long>(axis);
-  }
+// *flag ends as the smallest position (in the CPU's visiting order) of a bad index.
+__device__ __forceinline__ void report_bad_index(unsigned long long* flag, int64_t pos) {
+  atomicMin(flag, static_cast<unsigned long long>(pos));
 }
 
 // y[pos] = x[off(pos) + k * axis_stride] for every index element pos, where off(pos) is pos's
@@ -36,13 +37,13 @@ __device__ __forceinline__ void report_bad_index(unsigned long long* flag, int64
 template <class T, class I>
 __global__ void gather_elements_kernel(const T* __restrict__ x, const I* __restrict__ ind, T* __restrict__ y,
                                        int64_t total, BroadcastIndexer<1> ix, int64_t n, int64_t axis_stride,
-                                       int64_t axis, unsigned long long* flag) {
+                                       unsigned long long* flag) {
   OMT_GRID_STRIDE(pos, total) {
     int64_t off[1];
     ix.offsets(pos, off);
     int64_t k = static_cast<int64_t>(ind[pos]);
     if (k < -n || k >= n) {
-      report_bad_index(flag, k, axis);
+      report_bad_index(flag, pos);
       y[pos] = T(0);
       continue;
     }
@@ -58,11 +59,11 @@ struct TupleAxes {
 };
 
 // base[t] = offset in data of index tuple t's slice (its batch's block plus sum_j k_j *
-// stride_j), or -1 when one of its indices is out of range.
+// stride_j), or -1 when one of its indices is out of range (t is its position for the flag).
 template <class I>
 __global__ void gather_nd_offsets_kernel(const I* __restrict__ ind, int64_t* __restrict__ base, int64_t count,
-                                         int64_t tuples_per_batch, int64_t batch_stride, int m, int64_t first_axis,
-                                         TupleAxes ax, unsigned long long* flag) {
+                                         int64_t tuples_per_batch, int64_t batch_stride, int m, TupleAxes ax,
+                                         unsigned long long* flag) {
   OMT_GRID_STRIDE(t, count) {
     const I* idx = ind + t * m;
     int64_t off = (t / tuples_per_batch) * batch_stride;
@@ -70,7 +71,7 @@ __global__ void gather_nd_offsets_kernel(const I* __restrict__ ind, int64_t* __r
       int64_t k = static_cast<int64_t>(idx[j]);
       const int64_t n = ax.size[j];
       if (k < -n || k >= n) {
-        report_bad_index(flag, k, first_axis + j);
+        report_bad_index(flag, t);
         off = -1;
         break;
       }
@@ -96,11 +97,12 @@ enum class Reduction { kNone, kAdd, kMul };
 
 // One thread per line of the indices along the axis (ix walks the indices' shape with the axis
 // set to 1; off[0] is the line's offset in y, off[1] in indices and updates): updates j = 0, 1,
-// ... of the line go to y[off[0] + k_j * axis_stride] in order.
+// ... of the line go to y[off[0] + k_j * axis_stride] in order. off[1] + j * ind_axis_stride is
+// the update's linear position in the indices (the flag's position).
 template <class T, class I, Reduction kRed>
 __global__ void scatter_elements_kernel(const I* __restrict__ ind, const T* __restrict__ upd, T* __restrict__ y,
                                         int64_t lines, BroadcastIndexer<2> ix, int64_t len, int64_t ind_axis_stride,
-                                        int64_t n, int64_t axis_stride, int64_t axis, unsigned long long* flag) {
+                                        int64_t n, int64_t axis_stride, unsigned long long* flag) {
   OMT_GRID_STRIDE(l, lines) {
     int64_t off[2];
     ix.offsets(l, off);
@@ -108,7 +110,7 @@ __global__ void scatter_elements_kernel(const I* __restrict__ ind, const T* __re
       const int64_t p = off[1] + j * ind_axis_stride;
       int64_t k = static_cast<int64_t>(ind[p]);
       if (k < -n || k >= n) {
-        report_bad_index(flag, k, axis);
+        report_bad_index(flag, p);
         continue;
       }
       if (k < 0) k += n;
@@ -122,19 +124,37 @@ __global__ void scatter_elements_kernel(const I* __restrict__ ind, const T* __re
 
 // ================================== helpers ==================================
 
-// The device flag of Note [bad indices on the GPU], zeroed on the stream, for one launch.
+// The device flag of Note [bad indices on the GPU], set to all ones on the stream, for one launch.
 class BadIndexFlag {
  public:
-  explicit BadIndexFlag(CudaContext& cu) : cu_(cu), flag_(cu.allocate(DType::kInt64, {3})) { cu.fill_zero(flag_); }
+  explicit BadIndexFlag(CudaContext& cu) : cu_(cu), flag_(cu.allocate(DType::kInt64, {1})) {
+    OMT_CUDA_CHECK(cudaMemsetAsync(flag_.raw(), 0xFF, sizeof(unsigned long long), cu.stream()));
+  }
   unsigned long long* device() { return static_cast<unsigned long long*>(flag_.raw()); }
 
-  // Waits for the stream; throws the CPU kernel's model error when a kernel recorded a bad index.
-  void check(const std::string& where, const Tensor& data, const char* axis_name) {
-    int64_t h[3] = {0, 0, 0};
-    cu_.download(flag_.raw(), h, sizeof(h));
-    if (h[0] == 0) return;
-    OMT_FAIL(kModel, where, ": index ", h[1], " is out of range for ", axis_name, " ", h[2], " of size ",
-             data.dim(h[2]));
+  // Waits for the stream; the smallest position a kernel recorded, or -1 when none.
+  int64_t first_bad() {
+    unsigned long long h = ~0ull;
+    cu_.download(flag_.raw(), &h, sizeof(h));
+    return h == ~0ull ? -1 : static_cast<int64_t>(h);
+  }
+
+  // GatherElements/ScatterElements: throws the CPU kernel's error for the first bad index.
+  void check(const std::string& where, const Tensor& data, const Tensor& ind, int64_t axis) {
+    const int64_t pos = first_bad();
+    if (pos < 0) return;
+    OMT_FAIL(kModel, where, ": index ", index_at(ind, pos), " is out of range for axis ", axis, " of size ",
+             data.dim(axis));
+  }
+
+  // Index i of a device tensor of int32 or int64 indices (downloaded, waiting for the stream).
+  int64_t index_at(const Tensor& ind, int64_t i) {
+    const size_t es = dtype_size(ind.dtype());
+    int64_t v64 = 0;
+    int32_t v32 = 0;
+    void* host = ind.dtype() == DType::kInt64 ? static_cast<void*>(&v64) : static_cast<void*>(&v32);
+    cu_.download(static_cast<const char*>(ind.raw()) + static_cast<size_t>(i) * es, host, es);
+    return ind.dtype() == DType::kInt64 ? v64 : static_cast<int64_t>(v32);
   }
 
  private:
@@ -184,14 +204,14 @@ class GatherElementsKernel final : public CudaKernel {
       if (ind.dtype() == DType::kInt64)
         gather_elements_kernel<T, int64_t><<<blocks_for(total), kThreads, 0, stream()>>>(
             static_cast<const T*>(x.raw()), ind.data<int64_t>(), static_cast<T*>(y.raw()), total, ix, x.dim(axis),
-            axis_stride, axis, flag.device());
+            axis_stride, flag.device());
       else
         gather_elements_kernel<T, int32_t><<<blocks_for(total), kThreads, 0, stream()>>>(
             static_cast<const T*>(x.raw()), ind.data<int32_t>(), static_cast<T*>(y.raw()), total, ix, x.dim(axis),
-            axis_stride, axis, flag.device());
+            axis_stride, flag.device());
       OMT_CUDA_CHECK_LAUNCH();
     });
-    flag.check(where(), x, "axis");
+    flag.check(where(), x, ind, axis);
   }
 
  private:
@@ -240,11 +260,11 @@ class GatherNDKernel final : public CudaKernel {
     BadIndexFlag flag(cu_);
     if (ind.dtype() == DType::kInt64)
       gather_nd_offsets_kernel<int64_t><<<blocks_for(count), kThreads, 0, stream()>>>(
-          ind.data<int64_t>(), base.data<int64_t>(), count, tuples, batch_stride, static_cast<int>(m), b, ax,
+          ind.data<int64_t>(), base.data<int64_t>(), count, tuples, batch_stride, static_cast<int>(m), ax,
           flag.device());
     else
       gather_nd_offsets_kernel<int32_t><<<blocks_for(count), kThreads, 0, stream()>>>(
-          ind.data<int32_t>(), base.data<int64_t>(), count, tuples, batch_stride, static_cast<int>(m), b, ax,
+          ind.data<int32_t>(), base.data<int64_t>(), count, tuples, batch_stride, static_cast<int>(m), ax,
           flag.device());
     OMT_CUDA_CHECK_LAUNCH();
     const int64_t total = y.numel();
@@ -255,7 +275,16 @@ class GatherNDKernel final : public CudaKernel {
         OMT_CUDA_CHECK_LAUNCH();
       });
     }
-    flag.check(where(), x, "data axis");
+    // The first bad tuple's first bad index, as the CPU kernel meets it.
+    const int64_t t = flag.first_bad();
+    if (t >= 0) {
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t k = flag.index_at(ind, t * m + j), n = x.dim(b + j);
+        OMT_CHECK(k >= -n && k < n, kModel, where(), ": index ", k, " is out of range for data axis ", b + j,
+                  " of size ", n);
+      }
+      OMT_FAIL(kInternal, where(), ": the device flagged index tuple ", t, " but all its indices are in range");
+    }
   }
 
  private:
@@ -301,7 +330,7 @@ class ScatterElementsKernel final : public CudaKernel {
         using I = std::remove_const_t<std::remove_pointer_t<decltype(indices)>>;
         scatter_elements_kernel<T, I, kRed><<<blocks_for(lines), kThreads, 0, stream()>>>(
             indices, static_cast<const T*>(upd.raw()), static_cast<T*>(y.raw()), lines, ix, len, is[a], x.dim(axis),
-            axis_stride, axis, flag.device());
+            axis_stride, flag.device());
       };
       if (ind.dtype() == DType::kInt64) go(ind.data<int64_t>());
       else go(ind.data<int32_t>());
@@ -321,7 +350,7 @@ class ScatterElementsKernel final : public CudaKernel {
         OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Mul{}));
         break;
     }
-    flag.check(where(), x, "axis");
+    flag.check(where(), x, ind, axis);
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 
@@ -1095,6 +1096,31 @@ std::vector<OpCase> bad_index_cases() {
   add.set("reduction", std::string("add"));
   cases.push_back(OpCase{"ScatterElements_bad", "ScatterElements", "", add,
                          {uniform({3, 2}, 433), ints({0, 1, -4, 2}).reshaped({2, 2}), uniform({2, 2}, 434)}, {}, 1});
+  // Several bad indices in different thread blocks: the error names the one the CPU meets first
+  // (the smallest position), not whichever GPU thread got there first.
+  {
+    std::vector<int64_t> ge(2 * 700, 1);
+    ge[1300] = -4;
+    ge[650] = 9;
+    ge[5] = 3;
+    cases.push_back(OpCase{"GatherElements_several_bad", "GatherElements", "", a1,
+                           {uniform({2, 3}, 435), Tensor::from_vector<int64_t>(ge, {2, 700})}, {}, 1});
+    std::vector<int32_t> nd(600 * 2, 0);
+    nd[599 * 2] = 3;
+    nd[300 * 2] = -5;
+    nd[7 * 2 + 1] = 4;  // tuple 7's second index: data axis 1
+    cases.push_back(OpCase{"GatherND_several_bad_int32", "GatherND", "", {},
+                           {uniform({3, 4}, 436), Tensor::from_vector<int32_t>(nd, {600, 2})}, {}, 1});
+    std::vector<int64_t> se(600 * 2, 0);
+    se[599 * 2 + 1] = 5;
+    se[400 * 2] = -4;
+    se[10 * 2 + 1] = 3;
+    AttributeMap add1 = add;
+    add1.set("axis", int64_t{1});
+    cases.push_back(OpCase{"ScatterElements_several_bad", "ScatterElements", "", add1,
+                           {uniform({600, 3}, 437), Tensor::from_vector<int64_t>(se, {600, 2}), uniform({600, 2}, 438)}, {},
+                           1});
+  }
   return cases;
 }
 
@@ -1167,6 +1193,22 @@ TEST(CudaDropout, TrainingMaskStatisticsAndGradient) {
 TEST(CudaOpErrors, OutOfRangeIndicesFailOnCpu) {
   for (const auto& c : bad_index_cases())
     EXPECT_NE(model_error(c, "cpu").find("is out of range for"), std::string::npos) << c.name;
+}
+
+// The reference the CUDA test compares with: the CPU names the first bad index in its order.
+TEST(CudaOpErrors, SeveralBadIndicesNameTheFirstOnCpu) {
+  const std::map<std::string, std::string> want = {
+      {"GatherElements_several_bad", "index 3 is out of range for axis 1 of size 3"},
+      {"GatherND_several_bad_int32", "index 4 is out of range for data axis 1 of size 4"},
+      {"ScatterElements_several_bad", "index 3 is out of range for axis 1 of size 3"}};
+  int found = 0;
+  for (const auto& c : bad_index_cases()) {
+    const auto it = want.find(c.name);
+    if (it == want.end()) continue;
+    ++found;
+    EXPECT_NE(model_error(c, "cpu").find(it->second), std::string::npos) << c.name;
+  }
+  EXPECT_EQ(found, 3);
 }
 
 TEST(CudaOpErrors, OutOfRangeIndicesFailOnCudaAsOnCpu) {
