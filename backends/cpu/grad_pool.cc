@@ -37,8 +37,8 @@ class PoolWindows {
   PoolGeometry geom_;
 };
 
-// dX[argmax of window o] += dY[o]; the argmax is the first maximum (a NaN wins), as in
-// PyTorch's CPU max pooling. With `relu`, only where X[argmax] > 0 (ReluGrad folded in).
+// dX[argmax of window o] += dY[o]; the argmax is the first maximum, or the last NaN, as in
+// PyTorch's max pooling (a value wins when it is larger or NaN). With `relu`, only where X[argmax] > 0 (ReluGrad folded in).
 template <class T>
 void max_pool_grad(const PoolGeometry& g, int64_t planes, const T* x, const T* dy, T* dx, bool relu) {
   const int64_t isz = g.in_size(), osz = g.out_size();
@@ -138,7 +138,7 @@ class MaxPoolGradKernel : public OpKernel {
 
  private:
   // The CNN case (2x2 windows, stride 2, no padding): one pass that writes every element of
-  // dX once, routing each window's gradient to its first maximum (NaN counts as maximal).
+  // dX once, routing each window's gradient to its first maximum or last NaN (as above).
   // Four windows at a time with SSE2 compares and masks instead of branches: the argmax of
   // activations is data-dependent, and the branchy scalar loop ran at 3 GB/s (10 ns a window).
   template <bool kRelu>
@@ -174,10 +174,8 @@ class MaxPoolGradKernel : public OpKernel {
       const __m128 b = _mm_shuffle_ps(r0lo, r0hi, _MM_SHUFFLE(3, 1, 3, 1));  // odd columns
       const __m128 c = _mm_shuffle_ps(r1lo, r1hi, _MM_SHUFFLE(2, 0, 2, 0));
       const __m128 d = _mm_shuffle_ps(r1lo, r1hi, _MM_SHUFFLE(3, 1, 3, 1));
-      // v beats best: larger, or NaN against a number (the first NaN stays).
-      auto beats = [](__m128 v, __m128 best) {
-        return _mm_or_ps(_mm_cmpgt_ps(v, best), _mm_and_ps(_mm_cmpunord_ps(v, v), _mm_cmpord_ps(best, best)));
-      };
+      // v beats best: larger, or NaN (a later NaN takes over, as in max_pool_grad).
+      auto beats = [](__m128 v, __m128 best) { return _mm_or_ps(_mm_cmpgt_ps(v, best), _mm_cmpunord_ps(v, v)); };
       auto pick = [](__m128 mask, __m128 yes, __m128 no) {
         return _mm_or_ps(_mm_and_ps(mask, yes), _mm_andnot_ps(mask, no));
       };
@@ -201,11 +199,11 @@ class MaxPoolGradKernel : public OpKernel {
 #endif
     for (; ox < ow; ++ox) {
       const float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
-      const bool kb = b > a || (b != b && a == a);
+      const bool kb = b > a || b != b;
       const float ab = kb ? b : a;
-      const bool kc = c > ab || (c != c && ab == ab);
+      const bool kc = c > ab || c != c;
       const float abc = kc ? c : ab;
-      const bool kd = d > abc || (d != d && abc == abc);
+      const bool kd = d > abc || d != d;
       const float gv = (!kRelu || (kd ? d : abc) > 0.0f) ? g[ox] : 0.0f;
       d0[2 * ox] = !kb && !kc && !kd ? gv : 0.0f;
       d0[2 * ox + 1] = kb && !kc && !kd ? gv : 0.0f;

@@ -101,7 +101,8 @@ __global__ void avg_pool_kernel(const T* __restrict__ x, T* __restrict__ y, int6
   }
 }
 
-// dX[first argmax of window] += dY (a NaN wins, as PyTorch's CPU max pooling); with `relu`
+// dX[argmax of window] += dY, the argmax being the first maximum or the last NaN (a value wins
+// when larger or NaN, as in PyTorch's max pooling and the CPU kernel); with `relu`
 // (MaxPoolReluGrad) only where X there is > 0, ReluGrad folded in.
 template <class T>
 __global__ void max_pool_grad_kernel(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
@@ -112,14 +113,11 @@ __global__ void max_pool_grad_kernel(const T* __restrict__ x, const T* __restric
     const T* xp = x + pl * isz;
     T best = -std::numeric_limits<T>::infinity();
     int64_t arg = -1;
-    bool nan_seen = false;
     for_window(g, o, [&](int64_t p) {
       const T v = xp[p];
-      if (nan_seen) return;
       if (arg < 0 || v > best || isnan(v)) {
         best = v;
         arg = p;
-        nan_seen = isnan(v);
       }
     });
     if (arg >= 0 && (!relu || xp[arg] > T(0))) atomicAdd(dx + pl * isz + arg, dy[i]);
@@ -172,8 +170,7 @@ __global__ void global_max_grad_kernel(const T* __restrict__ x, const T* __restr
     T best = -std::numeric_limits<T>::infinity();
     for (int64_t i = 0; i < size; ++i) {
       dp[i] = T(0);
-      if (arg >= 0 && isnan(best)) continue;
-      if (arg < 0 || xp[i] > best || isnan(xp[i])) {
+      if (arg < 0 || xp[i] > best || isnan(xp[i])) {  // the last NaN, as the CPU kernel
         best = xp[i];
         arg = i;
       }

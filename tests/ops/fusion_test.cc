@@ -105,13 +105,13 @@ Tensor awkward_activations(const Shape& s, uint64_t seed) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (i % 5 == 0) p[i] = 0.0f;                          // a Relu's zeros
     if (i % 11 == 3) p[i] = 0.25f;                        // ties
-    if (i % 97 == 7) p[i] = std::numeric_limits<float>::quiet_NaN();
+    if (i % 97 == 7 || i % 89 == 8) p[i] = std::numeric_limits<float>::quiet_NaN();  // NaN pairs too
   }
   return t;
 }
 
-// dX of 2x2 / stride 2 max pooling by the definition: each window's first maximum (NaN
-// maximal, first NaN kept) gets the window's gradient.
+// dX of 2x2 / stride 2 max pooling by the definition: each window's first maximum, or its
+// last NaN (PyTorch's rule), gets the window's gradient.
 Tensor reference_pool_grad_2x2(const Tensor& x, const Tensor& dy, bool relu) {
   const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = h / 2, ow = w / 2;
   Tensor dx = Tensor::zeros(DType::kFloat32, x.shape());
@@ -124,7 +124,7 @@ Tensor reference_pool_grad_2x2(const Tensor& x, const Tensor& dy, bool relu) {
           for (int64_t dx_ = 0; dx_ < 2; ++dx_) {
             const int64_t at = (p * h + 2 * oy + dy_) * w + 2 * ox + dx_;
             const float v = x.data<float>()[at];
-            if (arg < 0 || (!std::isnan(best) && (v > best || std::isnan(v)))) arg = at, best = v;
+            if (arg < 0 || v > best || std::isnan(v)) arg = at, best = v;
           }
         if (!relu || best > 0) dx.data<float>()[arg] = dy.data<float>()[(p * oh + oy) * ow + ox];
       }
@@ -181,6 +181,39 @@ TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
                                     reference_pool_grad_2x2(x, dy, std::string(op) == "MaxPoolReluGrad")))
           << op;
     }
+  }
+}
+
+// Windows holding several NaNs send their gradient to the last NaN (PyTorch's rule), on the
+// SSE2 2x2 path (float32: four windows a vector, then the scalar tail) and the general one
+// (float64). Debian's torch 1.13 max_pool2d backward routes this input the same way.
+TEST(MaxPoolGrad, SeveralNaNsInAWindowRouteToTheLastOnEveryPath) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Five 2x2 windows side by side: rows 0 and 1 of a 2x10 plane.
+  const std::vector<float> top = {nan, 1, nan, nan, 1, nan, 5, 1, nan, 2};
+  const std::vector<float> bottom = {2, nan, 0, 0, nan, 3, 2, 3, nan, 1};
+  // Where each window's gradient goes, as (row, column): the last NaN, else the first maximum.
+  const std::vector<std::pair<int, int>> want = {{1, 1}, {0, 3}, {1, 4}, {0, 6}, {1, 8}};
+  std::vector<float> xv(top);
+  xv.insert(xv.end(), bottom.begin(), bottom.end());
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    Tensor x = Tensor::from_vector<float>(xv, {1, 1, 2, 10});
+    Tensor dy = Tensor::from_vector<float>({1, 2, 3, 4, 5}, {1, 1, 1, 5});
+    if (dtype == DType::kFloat64) {
+      x = Tensor::from_vector<double>(std::vector<double>(xv.begin(), xv.end()), {1, 1, 2, 10});
+      dy = Tensor::from_vector<double>({1, 2, 3, 4, 5}, {1, 1, 1, 5});
+    }
+    Graph g = input_graph({{"dp", dtype}, {"y", dtype}}, "dx");
+    g.nodes.push_back(make_node(kOmtDomain, "MaxPoolGrad", {"dp", "y"}, {"dx"}, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0})));
+    NamedTensors feeds;
+    feeds.set("dp", dy);
+    feeds.set("y", x);
+    const Tensor dx = run_graph(g, feeds);
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 10; ++c) {
+        const double expected = want[static_cast<size_t>(c / 2)] == std::make_pair(r, c) ? c / 2 + 1 : 0;
+        EXPECT_EQ(dx.value_as_double(r * 10 + c), expected) << dtype_name(dtype) << " at row " << r << ", column " << c;
+      }
   }
 }
 
