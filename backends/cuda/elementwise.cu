@@ -54,8 +54,9 @@ __global__ void where_kernel(const bool* __restrict__ c, const T* __restrict__ a
 template <class T>
 __global__ void clip_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, T lo, T hi) {
   OMT_GRID_STRIDE(i, n) {
-    const T v = x[i];
-    y[i] = v < lo ? lo : (v > hi ? hi : v);
+    // max(x, lo) then min(., hi), as the CPU kernel: min > max gives max everywhere (ONNX).
+    const T v = x[i] < lo ? lo : x[i];
+    y[i] = v > hi ? hi : v;
   }
 }
 
@@ -295,6 +296,22 @@ class UnaryKernel final : public CudaKernel {
   Op op_;
 };
 
+// The CPU kernels reject an integer divisor holding a 0 (Div, Mod); so do the CUDA ones, before
+// launching (one 4-byte download, which waits for the stream). A GPU integer division by zero
+// does not trap: without the check it would write garbage where the CPU fails.
+template <class T>
+void check_no_zero(CudaContext& cu, cudaStream_t s, const Tensor& b, const std::string& where) {
+  if (b.numel() == 0) return;
+  Tensor flag = cu.allocate(DType::kInt32, {1});
+  cu.fill_zero(flag);
+  any_zero_kernel<T><<<blocks_for(b.numel()), kThreads, 0, s>>>(static_cast<const T*>(b.raw()), b.numel(),
+                                                                static_cast<int*>(flag.raw()));
+  OMT_CUDA_CHECK_LAUNCH();
+  int found = 0;
+  cu.download(flag.raw(), &found, sizeof(found));
+  OMT_CHECK(found == 0, kInvalidArgument, where, ": integer division by zero (input B holds a 0)");
+}
+
 // Arithmetic (output dtype = input dtype) over float32/64 and int32/64.
 template <class Op>
 class BinaryKernel final : public CudaKernel {
@@ -306,8 +323,10 @@ class BinaryKernel final : public CudaKernel {
     OMT_CHECK(a.dtype() == b.dtype(), kModel, where(), ": inputs are ", a.describe(), " and ",
               b.describe(), "; they must share one dtype");
     Tensor& y = ctx.output(0, a.dtype(), broadcast_shapes({a.shape(), b.shape()}, where()));
-    OMT_CUDA_DISPATCH_NUMERIC(a.dtype(), unsupported_dtype(a.dtype()),
-                              launch_binary<T, T, T>(stream(), a, b, y, Op{}, where()));
+    OMT_CUDA_DISPATCH_NUMERIC(a.dtype(), unsupported_dtype(a.dtype()), {
+      if constexpr (std::is_same_v<Op, DivF> && std::is_integral_v<T>) check_no_zero<T>(cu_, stream(), b, where());
+      launch_binary<T, T, T>(stream(), a, b, y, Op{}, where());
+    });
   }
 };
 
@@ -419,7 +438,7 @@ class IntegerBinaryKernel final : public CudaKernel {
       if constexpr (kOp == IntBinary::kBitShift && !std::is_unsigned_v<T>) {
         return false;
       } else {
-        if constexpr (kOp == IntBinary::kMod && std::is_integral_v<T>) check_no_zero<T>(b);
+        if constexpr (kOp == IntBinary::kMod && std::is_integral_v<T>) check_no_zero<T>(cu_, stream(), b, where());
         Tensor& y = ctx.output(0, dt, out_shape);
         if constexpr (kOp == IntBinary::kMod) launch_binary<T, T, T>(stream(), a, b, y, ModF{fmod_}, where());
         if constexpr (kOp == IntBinary::kBitShift) launch_binary<T, T, T>(stream(), a, b, y, BitShiftF{left_}, where());
@@ -431,21 +450,6 @@ class IntegerBinaryKernel final : public CudaKernel {
   }
 
  private:
-  // The CPU kernel rejects an integer divisor holding a 0; so does this one (one 4-byte
-  // download, which waits for the stream).
-  template <class T>
-  void check_no_zero(const Tensor& b) {
-    if (b.numel() == 0) return;
-    Tensor flag = cu_.allocate(DType::kInt32, {1});
-    cu_.fill_zero(flag);
-    any_zero_kernel<T><<<blocks_for(b.numel()), kThreads, 0, stream()>>>(
-        static_cast<const T*>(b.raw()), b.numel(), static_cast<int*>(flag.raw()));
-    OMT_CUDA_CHECK_LAUNCH();
-    int found = 0;
-    cu_.download(flag.raw(), &found, sizeof(found));
-    OMT_CHECK(found == 0, kInvalidArgument, where(), ": integer division by zero (input B holds a 0)");
-  }
-
   bool fmod_ = false;
   bool left_ = true;
 };

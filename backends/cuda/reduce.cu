@@ -58,7 +58,13 @@ struct Acc {
     else return combine(a, v);
   }
   __device__ static T finish(Type a, int64_t count, Type s) {
-    if constexpr (kOp == ROp::kMean) return static_cast<T>(a / static_cast<double>(count));
+    if constexpr (kOp == ROp::kMean && std::is_integral_v<T>) {
+      // Integer division of the exact integer sum, as the CPU (a double quotient loses int64
+      // precision, and 0 / 0.0 for an empty reduction would be NaN converted to an integer).
+      return count == 0 ? T(0) : static_cast<T>(a / static_cast<T>(count));
+    } else if constexpr (kOp == ROp::kMean) {
+      return static_cast<T>(a / static_cast<double>(count));
+    }
     else if constexpr (kOp == ROp::kL2) return static_cast<T>(sqrt(a));
     else if constexpr (kOp == ROp::kLogSum) return static_cast<T>(log(a));
     else if constexpr (kOp == ROp::kLogSumExp) return static_cast<T>(log(a) + s);
@@ -229,9 +235,8 @@ class ReduceKernel final : public CudaKernel {
       if (!reduce[d]) out.push_back(x.shape()[d]);
       else if (keepdims_) out.push_back(1);
     }
-    if (kOp == ROp::kMax || kOp == ROp::kMin)
-      for (size_t d = 0; d < reduce.size(); ++d)
-        OMT_CHECK(!reduce[d] || x.shape()[d] > 0, kModel, where(), ": cannot take the extremum of an empty axis of ", x.describe());
+    // ReduceMax/Min over an empty axis give -inf/+inf (the dtype's lowest/highest for integers),
+    // as the CPU kernel and ONNX: Acc::init() with nothing folded in.
     Tensor& y = ctx.output(0, x.dtype(), out);
     if constexpr (kOp == ROp::kLogSumExp) {
       // Two passes: each output's maximum, then the shifted sum of exponentials.

@@ -405,6 +405,11 @@ std::vector<OpCase> all_cases() {
     cases.push_back(OpCase{"Where", "Where", "", {}, {cond, uniform({3, 4}, 31), uniform({4}, 32)}, {}, 1});
   }
   cases.push_back(OpCase{"Clip", "Clip", "", {}, {uniform({5, 6}, 33), scalar_f(-0.3f), scalar_f(0.4f)}, {false, true, true}, 1});
+  // min > max: max(x, min) then min(., max) gives max everywhere, as the CPU (and ONNX).
+  cases.push_back(OpCase{"Clip_min_above_max", "Clip", "", {}, {uniform({5, 6}, 34), scalar_f(0.4f), scalar_f(-0.3f)},
+                         {false, true, true}, 1});
+  cases.push_back(OpCase{"Clip_int64_min_above_max", "Clip", "", {},
+                         {ints({-9, -5, -1, 0, 3, 8}), scalar_i(5), scalar_i(-7)}, {false, true, true}, 1, 0.0, 0.0});
   for (const char* op : {"Sum", "Mean", "Max", "Min"})
     cases.push_back(OpCase{op, op, "", {}, {uniform({2, 3, 4}, 41), uniform({3, 1}, 42), uniform({4}, 43)}, {}, 1});
   // ActivationGrad for every forward op it knows, X drawn inside each derivative's domain.
@@ -434,6 +439,18 @@ std::vector<OpCase> all_cases() {
       a.set("axes", std::vector<int64_t>{0, 2});
       cases.push_back(OpCase{op, op, "", a, {uniform({4, 5, 6}, 61)}, {}, 1, 1e-5, 1e-5});
     }
+  }
+  {
+    // Integer ReduceMean divides the integer sum (a double quotient is off by one here), and an
+    // empty reduction gives 0; ReduceMax/Min over an empty axis give the dtype's lowest/highest.
+    AttributeMap a;
+    a.set("keepdims", int64_t{0});
+    const int64_t big = (int64_t{1} << 53) + 1;
+    cases.push_back(OpCase{"ReduceMean_int64_exact", "ReduceMean", "", a, {ints({big, big, big})}, {}, 1, 0.0, 0.0});
+    a.set("axes", std::vector<int64_t>{0});
+    const Tensor empty_rows = Tensor::from_vector<int32_t>({}, {0, 3});
+    for (const char* op : {"ReduceMean", "ReduceMax", "ReduceMin"})
+      cases.push_back(OpCase{std::string(op) + "_int32_empty_axis", op, "", a, {empty_rows}, {}, 1, 0.0, 0.0});
   }
   for (const char* op : {"ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
     const bool positive = std::string(op) == "ReduceLogSum" || std::string(op) == "ReduceProd";
@@ -1214,6 +1231,36 @@ TEST(CudaOpErrors, SeveralBadIndicesNameTheFirstOnCpu) {
 TEST(CudaOpErrors, OutOfRangeIndicesFailOnCudaAsOnCpu) {
   OMT_SKIP_WITHOUT_CUDA();
   for (const auto& c : bad_index_cases()) EXPECT_EQ(model_error(c, "cuda"), model_error(c, "cpu")) << c.name;
+}
+
+// Integer Div and Mod with a 0 in the divisor fail on both backends with the same error (a GPU
+// integer division by zero does not trap, so the CUDA kernels check before launching).
+std::vector<OpCase> zero_divisor_cases() {
+  AttributeMap no_fmod;
+  no_fmod.set("fmod", int64_t{0});
+  return {OpCase{"Div_int32_zero", "Div", "", {},
+                 {Tensor::from_vector<int32_t>({7, -8, 9, 10}, {2, 2}), Tensor::from_vector<int32_t>({3, 0}, {2})}, {}, 1},
+          OpCase{"Div_int64_zero", "Div", "", {}, {ints({7, -8, 9}), ints({0, 2, 5})}, {}, 1},
+          OpCase{"Mod_int64_zero", "Mod", "", no_fmod, {ints({7, -8, 9}), ints({4, 0, 5})}, {}, 1}};
+}
+
+std::string run_error(const OpCase& c, const std::string& device) {
+  try {
+    run_case(c, device);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CudaOpErrors, IntegerDivisionByZeroFailsOnCpu) {
+  for (const auto& c : zero_divisor_cases())
+    EXPECT_NE(run_error(c, "cpu").find("integer division by zero"), std::string::npos) << c.name;
+}
+
+TEST(CudaOpErrors, IntegerDivisionByZeroFailsOnCudaAsOnCpu) {
+  OMT_SKIP_WITHOUT_CUDA();
+  for (const auto& c : zero_divisor_cases()) EXPECT_EQ(run_error(c, "cuda"), run_error(c, "cpu")) << c.name;
 }
 
 // Runs without a device: every case is a valid node for the reference (CPU) backend, so a
