@@ -566,6 +566,12 @@ std::vector<OpCase> all_cases() {
     a.set("strides", std::vector<int64_t>{2, 2});
     cases.push_back(OpCase{"MaxPool", "MaxPool", "", a, {uniform({2, 3, 8, 8}, 131)}, {}, 1});
     cases.push_back(OpCase{"MaxPoolGrad", "MaxPoolGrad", kMirror, a, {uniform({2, 3, 4, 4}, 132), uniform({2, 3, 8, 8}, 133)}, {}, 1});
+    {  // windows with several NaNs: the gradient goes to the last one, as on the CPU (and PyTorch)
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      Tensor x = uniform({1, 2, 4, 6}, 134);
+      for (int64_t i : {0, 7, 2, 3, 16, 22, 28, 29, 35, 46, 47}) x.data<float>()[i] = nan;
+      cases.push_back(OpCase{"MaxPoolGrad_nan_pairs", "MaxPoolGrad", kMirror, a, {uniform({1, 2, 2, 3}, 135), x}, {}, 1});
+    }
     AttributeMap b;
     b.set("kernel_shape", std::vector<int64_t>{3, 3});
     b.set("pads", std::vector<int64_t>{1, 0, 1, 1});
