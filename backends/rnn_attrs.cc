@@ -117,4 +117,66 @@ std::vector<RecurrentActivation> parse_recurrent_grad_activations(const KernelIn
   return out;
 }
 
+RecurrentAttrs::Inputs RecurrentAttrs::read_inputs(const KernelContext& ctx, const std::string& where,
+                                                   bool with_output_grads) const {
+  auto opt = [&](int i) -> const Tensor* {
+    const Tensor* t = ctx.num_inputs() > i ? ctx.input(i) : nullptr;
+    return t && t->defined() && t->numel() > 0 ? t : nullptr;
+  };
+  auto check_shape = [&](const Tensor& t, const Shape& want, const char* what) {
+    OMT_CHECK(t.shape() == want, kModel, where, ": ", what, " is ", shape_str(t.shape()), ", expected ",
+              shape_str(want));
+  };
+  const bool lstm = gates_ == 4;
+  Inputs in;
+  in.x = &ctx.in(0);
+  in.w = &ctx.in(1);
+  in.r = &ctx.in(2);
+  in.bias = opt(3);
+  in.seq_lens = opt(4);
+  in.init_h = opt(5);
+  in.init_c = lstm ? opt(6) : nullptr;
+  in.peep = lstm ? opt(7) : nullptr;
+  if (with_output_grads) {
+    const int first = lstm ? 8 : 6;
+    in.dy = opt(first);
+    in.dy_h = opt(first + 1);
+    in.dy_c = lstm ? opt(first + 2) : nullptr;
+  }
+  const Tensor &x = *in.x, &w = *in.w, &r = *in.r;
+  OMT_CHECK(x.rank() == 3 && w.rank() == 3 && r.rank() == 3, kModel, where, ": X, W and R must be 3-D, got ",
+            x.describe(), ", ", w.describe(), ", ", r.describe());
+  for (const Tensor* t : {in.w, in.r, in.bias, in.init_h, in.init_c, in.peep, in.dy, in.dy_h, in.dy_c})
+    OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, where, ": ", t->describe(), " does not match X's dtype ",
+              dtype_name(x.dtype()));
+  in.seq = layout_ == 0 ? x.dim(0) : x.dim(1);
+  in.batch = layout_ == 0 ? x.dim(1) : x.dim(0);
+  in.in = x.dim(2);
+  in.hs = r.dim(2);
+  in.gh = gates_ * in.hs;
+  in.D = dirs_;
+  OMT_CHECK(hidden_size_ == 0 || hidden_size_ == in.hs, kModel, where, ": hidden_size ", hidden_size_,
+            " does not match R ", shape_str(r.shape()));
+  check_shape(w, {in.D, in.gh, in.in}, "W");
+  check_shape(r, {in.D, in.gh, in.hs}, "R");
+  if (in.bias) check_shape(*in.bias, {in.D, 2 * in.gh}, "B");
+  if (in.peep) check_shape(*in.peep, {in.D, 3 * in.hs}, "P");
+  in.state = layout_ == 0 ? Shape{in.D, in.batch, in.hs} : Shape{in.batch, in.D, in.hs};
+  if (in.init_h) check_shape(*in.init_h, in.state, "initial_h");
+  if (in.init_c) check_shape(*in.init_c, in.state, "initial_c");
+  if (in.dy)
+    check_shape(*in.dy, layout_ == 0 ? Shape{in.seq, in.D, in.batch, in.hs} : Shape{in.batch, in.seq, in.D, in.hs},
+                "dY");
+  if (in.dy_h) check_shape(*in.dy_h, in.state, "dY_h");
+  if (in.dy_c) check_shape(*in.dy_c, in.state, "dY_c");
+  in.lens.assign(static_cast<size_t>(in.batch), in.seq);
+  if (in.seq_lens) {
+    check_shape(*in.seq_lens, {in.batch}, "sequence_lens");
+    in.lens = in.seq_lens->to_int64_vector();
+    for (int64_t l : in.lens)
+      OMT_CHECK(l >= 0 && l <= in.seq, kModel, where, ": sequence_lens value ", l, " is outside [0, ", in.seq, "]");
+  }
+  return in;
+}
+
 }  // namespace omt

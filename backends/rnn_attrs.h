@@ -26,6 +26,23 @@ struct RecurrentAttrs {
   bool lbr_ = false;        // GRU linear_before_reset
   bool input_forget_ = false;  // LSTM input_forget
   std::vector<std::string> activation_names_;  // dirs_ * per_dir_ names, as written
+
+  struct Inputs;
+  // The node's inputs, read and checked as Inputs says; `where` names the node in errors.
+  Inputs read_inputs(const KernelContext& ctx, const std::string& where, bool with_output_grads) const;
+};
+
+// A recurrent node's inputs at ONNX's positions (X, W, R, B, sequence_lens, initial_h,
+// initial_c, P; the backward ops then take dY, dY_h, dY_c), checked against each other and
+// the attributes: ranks, one dtype, shapes, sequence_lens within [0, seq]. Empty optional
+// inputs count as absent. Every backend's forward and backward kernels read them this way.
+struct RecurrentAttrs::Inputs {
+  const Tensor *x = nullptr, *w = nullptr, *r = nullptr;
+  const Tensor *bias = nullptr, *seq_lens = nullptr, *init_h = nullptr, *init_c = nullptr, *peep = nullptr;
+  const Tensor *dy = nullptr, *dy_h = nullptr, *dy_c = nullptr;  // with_output_grads only
+  int64_t seq = 0, batch = 0, in = 0, hs = 0, gh = 0, D = 0;
+  Shape state;                // initial_h, Y_h and their gradients, in the node's layout
+  std::vector<int64_t> lens;  // per batch row; seq for every row without sequence_lens
 };
 
 // The ONNX activation functions of the recurrent ops.

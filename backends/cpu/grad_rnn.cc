@@ -100,61 +100,18 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     else return ws_d_;
   }
 
-  const Tensor* opt(KernelContext& ctx, int i) const {
-    const Tensor* t = ctx.num_inputs() > i ? ctx.input(i) : nullptr;
-    return t && t->defined() && t->numel() > 0 ? t : nullptr;
-  }
   bool used(KernelContext& ctx, int i) const { return ctx.num_outputs() > i && ctx.output_used(i); }
-
-  void check_shape(const Tensor& t, const Shape& want, const char* what) const {
-    OMT_CHECK(t.shape() == want, kModel, info_.where(), ": ", what, " is ", shape_str(t.shape()),
-              ", expected ", shape_str(want));
-  }
 
   template <class T>
   void run(KernelContext& ctx, Workspace<T>& w) {
     const bool lstm = cell_ == RecurrentCell::kLstm;
-    const Tensor& x = ctx.in(0);
-    const Tensor& wt = ctx.in(1);
-    const Tensor& rt = ctx.in(2);
-    const Tensor* bias = opt(ctx, 3);
-    const Tensor* seq_lens = opt(ctx, 4);
-    const Tensor* init_h = opt(ctx, 5);
-    const Tensor* init_c = lstm ? opt(ctx, 6) : nullptr;
-    const Tensor* peep = lstm ? opt(ctx, 7) : nullptr;
-    const int gbase = lstm ? 8 : 6;
-    const Tensor* dy = opt(ctx, gbase);
-    const Tensor* dy_h = opt(ctx, gbase + 1);
-    const Tensor* dy_c = lstm ? opt(ctx, gbase + 2) : nullptr;
-    OMT_CHECK(x.rank() == 3 && wt.rank() == 3 && rt.rank() == 3, kModel, info_.where(),
-              ": X, W and R must be 3-D, got ", x.describe(), ", ", wt.describe(), ", ",
-              rt.describe());
-    for (const Tensor* t : {&wt, &rt, bias, init_h, init_c, peep, dy, dy_h, dy_c})
-      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, info_.where(), ": ", t->describe(),
-                " does not match X's dtype ", dtype_name(x.dtype()));
-    const int64_t seq = layout_ == 0 ? x.dim(0) : x.dim(1);
-    const int64_t batch = layout_ == 0 ? x.dim(1) : x.dim(0);
-    const int64_t in_size = x.dim(2), hs = rt.dim(2), gh = gates_ * hs, D = dirs_;
-    OMT_CHECK(hidden_size_ == 0 || hidden_size_ == hs, kModel, info_.where(), ": hidden_size ",
-              hidden_size_, " does not match R ", shape_str(rt.shape()));
-    check_shape(wt, {D, gh, in_size}, "W");
-    check_shape(rt, {D, gh, hs}, "R");
-    if (bias) check_shape(*bias, {D, 2 * gh}, "B");
-    if (peep) check_shape(*peep, {D, 3 * hs}, "P");
-    const Shape state_shape = layout_ == 0 ? Shape{D, batch, hs} : Shape{batch, D, hs};
-    if (init_h) check_shape(*init_h, state_shape, "initial_h");
-    if (init_c) check_shape(*init_c, state_shape, "initial_c");
-    if (dy) check_shape(*dy, layout_ == 0 ? Shape{seq, D, batch, hs} : Shape{batch, seq, D, hs}, "dY");
-    if (dy_h) check_shape(*dy_h, state_shape, "dY_h");
-    if (dy_c) check_shape(*dy_c, state_shape, "dY_c");
-    lens_.assign(static_cast<size_t>(batch), seq);
-    if (seq_lens) {
-      check_shape(*seq_lens, {batch}, "sequence_lens");
-      lens_ = seq_lens->to_int64_vector();
-      for (int64_t l : lens_)
-        OMT_CHECK(l >= 0 && l <= seq, kModel, info_.where(), ": sequence_lens value ", l,
-                  " is outside [0, ", seq, "]");
-    }
+    const Inputs in = read_inputs(ctx, info_.where(), /*with_output_grads=*/true);
+    const Tensor &x = *in.x, &wt = *in.w, &rt = *in.r;
+    const Tensor *bias = in.bias, *init_h = in.init_h, *init_c = in.init_c, *peep = in.peep;
+    const Tensor *dy = in.dy, *dy_h = in.dy_h, *dy_c = in.dy_c;
+    const int64_t seq = in.seq, batch = in.batch, in_size = in.in, hs = in.hs, gh = in.gh, D = in.D;
+    const Shape& state_shape = in.state;
+    lens_ = in.lens;
 
     // Everything below works in layout 0: X [seq, batch, in], states [D, batch, hs].
     const T* px = x.data<T>();

@@ -75,16 +75,6 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
   }
 
  private:
-  const Tensor* opt(KernelContext& ctx, int i) const {
-    const Tensor* t = ctx.num_inputs() > i ? ctx.input(i) : nullptr;
-    return t && t->defined() && t->numel() > 0 ? t : nullptr;
-  }
-
-  void check_shape(const Tensor& t, const Shape& want, const char* what) const {
-    OMT_CHECK(t.shape() == want, kModel, info_.where(), ": ", what, " is ", shape_str(t.shape()),
-              ", expected ", shape_str(want));
-  }
-
   // [a, b, c] -> [b, a, c] (layout 1 <-> 0).
   template <class T>
   static void swap01(const T* src, T* dst, int64_t a, int64_t b, int64_t c) {
@@ -94,39 +84,12 @@ class RecurrentKernel : public OpKernel, private RecurrentAttrs {
 
   template <class T>
   void run(KernelContext& ctx) {
-    const Tensor& x = ctx.in(0);
-    const Tensor& w = ctx.in(1);
-    const Tensor& r = ctx.in(2);
-    const Tensor* bias = opt(ctx, 3);
-    const Tensor* seq_lens = opt(ctx, 4);
-    const Tensor* init_h = opt(ctx, 5);
-    const Tensor* init_c = cell_ == RecurrentCell::kLstm ? opt(ctx, 6) : nullptr;
-    const Tensor* peep = cell_ == RecurrentCell::kLstm ? opt(ctx, 7) : nullptr;
-    OMT_CHECK(x.rank() == 3 && w.rank() == 3 && r.rank() == 3, kModel, info_.where(),
-              ": X, W and R must be 3-D, got ", x.describe(), ", ", w.describe(), ", ", r.describe());
-    for (const Tensor* t : {&w, &r, bias, init_h, init_c, peep})
-      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, info_.where(), ": ", t->describe(),
-                " does not match X's dtype ", dtype_name(x.dtype()));
-    const int64_t seq = layout_ == 0 ? x.dim(0) : x.dim(1);
-    const int64_t batch = layout_ == 0 ? x.dim(1) : x.dim(0);
-    const int64_t in_size = x.dim(2), hs = r.dim(2), gh = gates_ * hs, D = dirs_;
-    OMT_CHECK(hidden_size_ == 0 || hidden_size_ == hs, kModel, info_.where(), ": hidden_size ",
-              hidden_size_, " does not match R ", shape_str(r.shape()));
-    check_shape(w, {D, gh, in_size}, "W");
-    check_shape(r, {D, gh, hs}, "R");
-    if (bias) check_shape(*bias, {D, 2 * gh}, "B");
-    if (peep) check_shape(*peep, {D, 3 * hs}, "P");
-    const Shape state_shape = layout_ == 0 ? Shape{D, batch, hs} : Shape{batch, D, hs};
-    if (init_h) check_shape(*init_h, state_shape, "initial_h");
-    if (init_c) check_shape(*init_c, state_shape, "initial_c");
-    std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
-    if (seq_lens) {
-      check_shape(*seq_lens, {batch}, "sequence_lens");
-      lens = seq_lens->to_int64_vector();
-      for (int64_t l : lens)
-        OMT_CHECK(l >= 0 && l <= seq, kModel, info_.where(), ": sequence_lens value ", l,
-                  " is outside [0, ", seq, "]");
-    }
+    const Inputs in = read_inputs(ctx, info_.where(), /*with_output_grads=*/false);
+    const Tensor &x = *in.x, &w = *in.w, &r = *in.r;
+    const Tensor *bias = in.bias, *init_h = in.init_h, *init_c = in.init_c, *peep = in.peep;
+    const int64_t seq = in.seq, batch = in.batch, in_size = in.in, hs = in.hs, gh = in.gh, D = in.D;
+    const Shape& state_shape = in.state;
+    const std::vector<int64_t>& lens = in.lens;
 
     // Work in layout 0: X [seq, batch, in], Y [seq, D, batch, hs], states [D, batch, hs].
     std::vector<T> x_buf, h0_buf, c0_buf;

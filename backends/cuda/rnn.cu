@@ -487,58 +487,8 @@ class RecurrentBase : public CudaKernel, protected RecurrentAttrs {
  protected:
   bool lstm() const { return cell_ == RecurrentCell::kLstm; }
 
-  const Tensor* opt(const KernelContext& ctx, int i) const {
-    const Tensor* t = optional_input(ctx, i);
-    return t && t->numel() > 0 ? t : nullptr;
-  }
-
-  void check_shape(const Tensor& t, const Shape& want, const char* what) const {
-    OMT_CHECK(t.shape() == want, kModel, where(), ": ", what, " is ", shape_str(t.shape()), ", expected ",
-              shape_str(want));
-  }
-
-  // The checks of the CPU kernels on X, W, R, B, P, the initial states and sequence_lens.
-  Dims check_inputs(const KernelContext& ctx, std::vector<int64_t>& lens, bool& have_lens) const {
-    const Tensor& x = ctx.in(0);
-    const Tensor& w = ctx.in(1);
-    const Tensor& r = ctx.in(2);
-    const Tensor* bias = opt(ctx, 3);
-    const Tensor* seq_lens = opt(ctx, 4);
-    const Tensor* init_h = opt(ctx, 5);
-    const Tensor* init_c = lstm() ? opt(ctx, 6) : nullptr;
-    const Tensor* peep = lstm() ? opt(ctx, 7) : nullptr;
-    OMT_CHECK(x.rank() == 3 && w.rank() == 3 && r.rank() == 3, kModel, where(), ": X, W and R must be 3-D, got ",
-              x.describe(), ", ", w.describe(), ", ", r.describe());
-    for (const Tensor* t : {&w, &r, bias, init_h, init_c, peep})
-      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, where(), ": ", t->describe(), " does not match X's dtype ",
-                dtype_name(x.dtype()));
-    Dims dm;
-    dm.seq = layout_ == 0 ? x.dim(0) : x.dim(1);
-    dm.batch = layout_ == 0 ? x.dim(1) : x.dim(0);
-    dm.in = x.dim(2);
-    dm.hs = r.dim(2);
-    dm.gh = gates_ * dm.hs;
-    dm.D = dirs_;
-    OMT_CHECK(hidden_size_ == 0 || hidden_size_ == dm.hs, kModel, where(), ": hidden_size ", hidden_size_,
-              " does not match R ", shape_str(r.shape()));
-    check_shape(w, {dm.D, dm.gh, dm.in}, "W");
-    check_shape(r, {dm.D, dm.gh, dm.hs}, "R");
-    if (bias) check_shape(*bias, {dm.D, 2 * dm.gh}, "B");
-    if (peep) check_shape(*peep, {dm.D, 3 * dm.hs}, "P");
-    dm.state = layout_ == 0 ? Shape{dm.D, dm.batch, dm.hs} : Shape{dm.batch, dm.D, dm.hs};
-    if (init_h) check_shape(*init_h, dm.state, "initial_h");
-    if (init_c) check_shape(*init_c, dm.state, "initial_c");
-    have_lens = seq_lens != nullptr;
-    lens.assign(static_cast<size_t>(dm.batch), dm.seq);
-    if (seq_lens) {
-      check_shape(*seq_lens, {dm.batch}, "sequence_lens");
-      lens = seq_lens->to_int64_vector();
-      for (int64_t l : lens)
-        OMT_CHECK(l >= 0 && l <= dm.seq, kModel, where(), ": sequence_lens value ", l, " is outside [0, ", dm.seq,
-                  "]");
-    }
-    return dm;
-  }
+  // The dimensions of checked inputs (RecurrentAttrs::read_inputs) as this file passes them on.
+  static Dims dims(const Inputs& in) { return Dims{in.seq, in.batch, in.in, in.hs, in.gh, in.D, in.state}; }
 
   CellConfig config(int64_t d) const {
     const RecurrentActivation* act = &acts_[static_cast<size_t>(d * per_dir_)];
@@ -661,16 +611,12 @@ class RecurrentKernel : public RecurrentBase {
 
   template <class T>
   void run(KernelContext& ctx) {
-    const Tensor& x = ctx.in(0);
-    std::vector<int64_t> lens;
-    bool have_lens = false;
-    const Dims dm = check_inputs(ctx, lens, have_lens);
-    const Tensor& w = ctx.in(1);
-    const Tensor& r = ctx.in(2);
-    const Tensor* bias = opt(ctx, 3);
-    const Tensor* init_h = opt(ctx, 5);
-    const Tensor* init_c = lstm() ? opt(ctx, 6) : nullptr;
-    const Tensor* peep = lstm() ? opt(ctx, 7) : nullptr;
+    const Inputs in = read_inputs(ctx, where(), /*with_output_grads=*/false);
+    const Dims dm = dims(in);
+    const std::vector<int64_t>& lens = in.lens;
+    const bool have_lens = in.seq_lens != nullptr;
+    const Tensor &x = *in.x, &w = *in.w, &r = *in.r;
+    const Tensor *bias = in.bias, *init_h = in.init_h, *init_c = in.init_c, *peep = in.peep;
     const int64_t seq = dm.seq, batch = dm.batch, hs = dm.hs, gh = dm.gh, D = dm.D, bh = batch * hs;
     const cudaStream_t st = stream();
 
@@ -801,28 +747,15 @@ class RecurrentGradKernel : public RecurrentBase {
 
   template <class T>
   void run(KernelContext& ctx) {
-    const Tensor& x = ctx.in(0);
-    std::vector<int64_t> lens;
-    bool have_lens = false;
-    const Dims dm = check_inputs(ctx, lens, have_lens);
-    const Tensor& wt = ctx.in(1);
-    const Tensor& rt = ctx.in(2);
-    const Tensor* bias = opt(ctx, 3);
-    const Tensor* init_h = opt(ctx, 5);
-    const Tensor* init_c = lstm() ? opt(ctx, 6) : nullptr;
-    const Tensor* peep = lstm() ? opt(ctx, 7) : nullptr;
-    const int gbase = lstm() ? 8 : 6;
-    const Tensor* dy = opt(ctx, gbase);
-    const Tensor* dy_h = opt(ctx, gbase + 1);
-    const Tensor* dy_c = lstm() ? opt(ctx, gbase + 2) : nullptr;
-    for (const Tensor* t : {dy, dy_h, dy_c})
-      OMT_CHECK(!t || t->dtype() == x.dtype(), kModel, where(), ": ", t->describe(), " does not match X's dtype ",
-                dtype_name(x.dtype()));
+    const Inputs in = read_inputs(ctx, where(), /*with_output_grads=*/true);
+    const Dims dm = dims(in);
+    const std::vector<int64_t>& lens = in.lens;
+    const bool have_lens = in.seq_lens != nullptr;
+    const Tensor &x = *in.x, &wt = *in.w, &rt = *in.r;
+    const Tensor *bias = in.bias, *init_h = in.init_h, *init_c = in.init_c, *peep = in.peep;
+    const Tensor *dy = in.dy, *dy_h = in.dy_h, *dy_c = in.dy_c;
     const int64_t seq = dm.seq, batch = dm.batch, in_size = dm.in, hs = dm.hs, gh = dm.gh, D = dm.D;
     const int64_t bh = batch * hs, rows = seq * batch;
-    if (dy) check_shape(*dy, layout_ == 0 ? Shape{seq, D, batch, hs} : Shape{batch, seq, D, hs}, "dY");
-    if (dy_h) check_shape(*dy_h, dm.state, "dY_h");
-    if (dy_c) check_shape(*dy_c, dm.state, "dY_c");
     const cudaStream_t st = stream();
 
     Carver sizing(nullptr);
