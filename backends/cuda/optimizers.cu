@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.cuh"
+#include "backends/onnx_optimizers.h"
 
 namespace omt::cuda {
 namespace {
@@ -241,62 +242,28 @@ class OnnxOptimizerKernel : public CudaKernel {
   InputPlace input_place(int i) const override { return i < 2 ? InputPlace::kHost : InputPlace::kDevice; }
 
  protected:
-  struct Scalars {
-    double r;
-    int64_t t;
-  };
-
-  Scalars read_scalars(const KernelContext& ctx) const {
-    const Tensor& r = ctx.in(0);
-    const Tensor& t = ctx.in(1);
-    OMT_CHECK(r.numel() == 1 && (r.dtype() == DType::kFloat32 || r.dtype() == DType::kFloat64), kModel, where(),
-              ": R must be a float or double scalar, got ", r.describe());
-    OMT_CHECK(t.numel() == 1 && t.dtype() == DType::kInt64, kModel, where(), ": T must be an int64 scalar, got ",
-              t.describe());
-    return {r.value_as_double(0), t.data<int64_t>()[0]};
-  }
-
-  // Number of optimized tensors.
-  int count(const KernelContext& ctx) const {
-    const int in = ctx.num_inputs(), out = ctx.num_outputs();
-    const int n = (in - 2) / groups_;
-    OMT_CHECK(in >= 2 + groups_ && (in - 2) % groups_ == 0, kModel, where(), ": expected R, T and ", groups_,
-              " groups of equally many tensors, got ", in, " inputs");
-    OMT_CHECK(out == (groups_ - 1) * n, kModel, where(), ": expected ", (groups_ - 1) * n, " outputs for ", n,
-              " optimized tensors, got ", out);
-    return n;
-  }
-
   // Tensor i's inputs (X, G, states) as device pointers and its outputs (X_new, new states),
-  // null where the graph does not read them; dtypes and shapes checked.
+  // null where the graph does not read them (checked by for_each_tensor).
   template <class T>
   void slot(KernelContext& ctx, int n, int i, std::vector<const T*>& in, std::vector<T*>& out) const {
     const Tensor& x = ctx.in(2 + i);
     in.clear();
     out.clear();
-    for (int g = 0; g < groups_; ++g) {
-      const Tensor& t = ctx.in(2 + g * n + i);
-      OMT_CHECK(t.dtype() == x.dtype(), kModel, where(), ": input ", 2 + g * n + i, " is ", t.describe(),
-                ", expected the dtype of X ", x.describe());
-      OMT_CHECK(t.shape() == x.shape(), kUnsupported, where(), ": input ", 2 + g * n + i, " is ", t.describe(),
-                " and X is ", x.describe(),
-                "; broadcasting between an optimized tensor and its gradient or state is not supported");
-      in.push_back(t.data<T>());
-    }
+    for (int g = 0; g < groups_; ++g) in.push_back(ctx.in(2 + g * n + i).data<T>());
     for (int g = 0; g + 1 < groups_; ++g) {
       const int o = g * n + i;
       out.push_back(wanted(ctx, o) ? ctx.output(o, x.dtype(), x.shape()).data<T>() : nullptr);
     }
   }
 
-  // Runs body<T>(n, i) for every optimized tensor i after checking its dtype.
+  // Runs body<T>(n, i) for every optimized tensor i after the shared checks
+  // (backends/onnx_optimizers.h).
   template <class Body>
   void for_each_tensor(KernelContext& ctx, Body body) {
-    const int n = count(ctx);
+    const int n = onnx_optimized_count(where(), ctx.num_inputs(), ctx.num_outputs(), groups_);
     for (int i = 0; i < n; ++i) {
+      check_onnx_optimizer_slot(ctx, where(), n, groups_, i);
       const Tensor& x = ctx.in(2 + i);
-      OMT_CHECK(x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64, kModel, where(), ": optimized tensor ",
-                i, " is ", x.describe(), ", expected float or double");
       OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), body(T{}, n, i, x.numel()));
     }
   }
@@ -307,22 +274,11 @@ class OnnxOptimizerKernel : public CudaKernel {
 
 class OnnxMomentumKernel final : public OnnxOptimizerKernel {
  public:
-  OnnxMomentumKernel(const KernelInfo& info, CudaContext& cu)
-      : OnnxOptimizerKernel(info, cu, 3),
-        alpha_(info.attr().get_float("alpha", 0.0f)),
-        beta_(info.attr().get_float("beta", 0.0f)),
-        norm_(info.attr().get_float("norm_coefficient", 0.0f)) {
-    for (const char* a : {"alpha", "beta", "norm_coefficient", "mode"})
-      OMT_CHECK(info.attr().has(a), kModel, info.where(), ": required attribute '", a, "' is missing");
-    const std::string mode = info.attr().get_string("mode", "");
-    OMT_CHECK(mode == "standard" || mode == "nesterov", kModel, info.where(), ": mode '", mode,
-              "' is neither 'standard' nor 'nesterov'");
-    nesterov_ = mode == "nesterov";
-  }
+  OnnxMomentumKernel(const KernelInfo& info, CudaContext& cu) : OnnxOptimizerKernel(info, cu, 3), a_(info) {}
 
   void compute(KernelContext& ctx) override {
-    const Scalars sc = read_scalars(ctx);
-    const double beta = sc.t > 0 ? beta_ : 1.0;
+    const OnnxOptimizerStep sc = read_onnx_optimizer_step(ctx, where());
+    const double beta = a_.beta_at(sc);
     for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
       using T = decltype(tag);
       std::vector<const T*> in;
@@ -330,32 +286,24 @@ class OnnxMomentumKernel final : public OnnxOptimizerKernel {
       slot<T>(ctx, n, i, in, out);
       if (count == 0) return;
       onnx_momentum_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
-          in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(sc.r), static_cast<T>(alpha_),
-          static_cast<T>(beta), static_cast<T>(norm_), nesterov_);
+          in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(sc.r), static_cast<T>(a_.alpha),
+          static_cast<T>(beta), static_cast<T>(a_.norm), a_.nesterov);
       OMT_CUDA_CHECK_LAUNCH();
     });
   }
 
  private:
-  float alpha_, beta_, norm_;
-  bool nesterov_ = false;
+  OnnxMomentumAttrs a_;
 };
 
 class OnnxAdamKernel final : public OnnxOptimizerKernel {
  public:
-  OnnxAdamKernel(const KernelInfo& info, CudaContext& cu)
-      : OnnxOptimizerKernel(info, cu, 4),
-        alpha_(info.attr().get_float("alpha", 0.9f)),
-        beta_(info.attr().get_float("beta", 0.999f)),
-        norm_(info.attr().get_float("norm_coefficient", 0.0f)),
-        norm_post_(info.attr().get_float("norm_coefficient_post", 0.0f)),
-        epsilon_(info.attr().get_float("epsilon", 1e-6f)) {}
+  OnnxAdamKernel(const KernelInfo& info, CudaContext& cu) : OnnxOptimizerKernel(info, cu, 4), a_(info) {}
 
   void compute(KernelContext& ctx) override {
-    const Scalars sc = read_scalars(ctx);
-    const double alpha = alpha_, beta = beta_, t = static_cast<double>(sc.t);
-    // The bias correction folds into the learning rate (ONNX's pseudo code), in double.
-    const double r = sc.t > 0 ? sc.r * std::sqrt(1.0 - std::pow(beta, t)) / (1.0 - std::pow(alpha, t)) : sc.r;
+    const OnnxOptimizerStep sc = read_onnx_optimizer_step(ctx, where());
+    const double alpha = a_.alpha, beta = a_.beta;
+    const double r = a_.rate(sc);  // the bias correction folded in (ONNX's pseudo code)
     for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
       using T = decltype(tag);
       std::vector<const T*> in;
@@ -364,27 +312,23 @@ class OnnxAdamKernel final : public OnnxOptimizerKernel {
       if (count == 0) return;
       onnx_adam_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
           in[0], in[1], in[2], in[3], out[0], out[1], out[2], count, static_cast<T>(r), static_cast<T>(alpha),
-          static_cast<T>(beta), static_cast<T>(norm_), static_cast<T>(epsilon_),
-          static_cast<T>(1.0 - static_cast<double>(norm_post_)));
+          static_cast<T>(beta), static_cast<T>(a_.norm), static_cast<T>(a_.epsilon),
+          static_cast<T>(1.0 - static_cast<double>(a_.norm_post)));
       OMT_CUDA_CHECK_LAUNCH();
     });
   }
 
  private:
-  float alpha_, beta_, norm_, norm_post_, epsilon_;
+  OnnxAdamAttrs a_;
 };
 
 class OnnxAdagradKernel final : public OnnxOptimizerKernel {
  public:
-  OnnxAdagradKernel(const KernelInfo& info, CudaContext& cu)
-      : OnnxOptimizerKernel(info, cu, 3),
-        epsilon_(info.attr().get_float("epsilon", 1e-6f)),
-        decay_(info.attr().get_float("decay_factor", 0.0f)),
-        norm_(info.attr().get_float("norm_coefficient", 0.0f)) {}
+  OnnxAdagradKernel(const KernelInfo& info, CudaContext& cu) : OnnxOptimizerKernel(info, cu, 3), a_(info) {}
 
   void compute(KernelContext& ctx) override {
-    const Scalars sc = read_scalars(ctx);
-    const double r = sc.r / (1.0 + static_cast<double>(sc.t) * decay_);
+    const OnnxOptimizerStep sc = read_onnx_optimizer_step(ctx, where());
+    const double r = a_.rate(sc);
     for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
       using T = decltype(tag);
       std::vector<const T*> in;
@@ -392,14 +336,14 @@ class OnnxAdagradKernel final : public OnnxOptimizerKernel {
       slot<T>(ctx, n, i, in, out);
       if (count == 0) return;
       onnx_adagrad_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
-          in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(r), static_cast<T>(norm_),
-          static_cast<T>(epsilon_));
+          in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(r), static_cast<T>(a_.norm),
+          static_cast<T>(a_.epsilon));
       OMT_CUDA_CHECK_LAUNCH();
     });
   }
 
  private:
-  float epsilon_, decay_, norm_;
+  OnnxAdagradAttrs a_;
 };
 
 OMT_REGISTER_CUDA_KERNEL_DOMAIN("com.onnx-mirror", "SGD", SgdKernel);
