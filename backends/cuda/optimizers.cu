@@ -256,15 +256,20 @@ class OnnxOptimizerKernel : public CudaKernel {
     }
   }
 
-  // Runs body<T>(n, i) for every optimized tensor i after the shared checks
-  // (backends/onnx_optimizers.h).
+  // For every optimized tensor, after the shared checks (backends/onnx_optimizers.h): its
+  // outputs, then, when it has elements, body(T{}, in, out, count) with slot's pointers.
   template <class Body>
   void for_each_tensor(KernelContext& ctx, Body body) {
     const int n = onnx_optimized_count(where(), ctx.num_inputs(), ctx.num_outputs(), groups_);
     for (int i = 0; i < n; ++i) {
       check_onnx_optimizer_slot(ctx, where(), n, groups_, i);
       const Tensor& x = ctx.in(2 + i);
-      OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), body(T{}, n, i, x.numel()));
+      OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
+        std::vector<const T*> in;
+        std::vector<T*> out;
+        slot<T>(ctx, n, i, in, out);
+        if (x.numel() > 0) body(T{}, in, out, x.numel());
+      });
     }
   }
 
@@ -279,12 +284,8 @@ class OnnxMomentumKernel final : public OnnxOptimizerKernel {
   void compute(KernelContext& ctx) override {
     const OnnxOptimizerStep sc = read_onnx_optimizer_step(ctx, where());
     const double beta = a_.beta_at(sc);
-    for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
+    for_each_tensor(ctx, [&](auto tag, const auto& in, const auto& out, int64_t count) {
       using T = decltype(tag);
-      std::vector<const T*> in;
-      std::vector<T*> out;
-      slot<T>(ctx, n, i, in, out);
-      if (count == 0) return;
       onnx_momentum_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
           in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(sc.r), static_cast<T>(a_.alpha),
           static_cast<T>(beta), static_cast<T>(a_.norm), a_.nesterov);
@@ -304,12 +305,8 @@ class OnnxAdamKernel final : public OnnxOptimizerKernel {
     const OnnxOptimizerStep sc = read_onnx_optimizer_step(ctx, where());
     const double alpha = a_.alpha, beta = a_.beta;
     const double r = a_.rate(sc);  // the bias correction folded in (ONNX's pseudo code)
-    for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
+    for_each_tensor(ctx, [&](auto tag, const auto& in, const auto& out, int64_t count) {
       using T = decltype(tag);
-      std::vector<const T*> in;
-      std::vector<T*> out;
-      slot<T>(ctx, n, i, in, out);
-      if (count == 0) return;
       onnx_adam_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
           in[0], in[1], in[2], in[3], out[0], out[1], out[2], count, static_cast<T>(r), static_cast<T>(alpha),
           static_cast<T>(beta), static_cast<T>(a_.norm), static_cast<T>(a_.epsilon),
@@ -329,12 +326,8 @@ class OnnxAdagradKernel final : public OnnxOptimizerKernel {
   void compute(KernelContext& ctx) override {
     const OnnxOptimizerStep sc = read_onnx_optimizer_step(ctx, where());
     const double r = a_.rate(sc);
-    for_each_tensor(ctx, [&](auto tag, int n, int i, int64_t count) {
+    for_each_tensor(ctx, [&](auto tag, const auto& in, const auto& out, int64_t count) {
       using T = decltype(tag);
-      std::vector<const T*> in;
-      std::vector<T*> out;
-      slot<T>(ctx, n, i, in, out);
-      if (count == 0) return;
       onnx_adagrad_kernel<T><<<blocks_for(count), kThreads, 0, stream()>>>(
           in[0], in[1], in[2], out[0], out[1], count, static_cast<T>(r), static_cast<T>(a_.norm),
           static_cast<T>(a_.epsilon));
