@@ -3,6 +3,8 @@
 #include "graph/onnx_io.h"
 
 #include <onnx/checker.h>
+#include <onnx/common/version.h>
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
@@ -251,6 +253,14 @@ Graph graph_from_proto(const onnx::GraphProto& g, const std::string& base_dir,
 
 }  // namespace
 
+std::string onnx_library_version() { return onnx::LAST_RELEASE_VERSION; }
+int64_t onnx_library_max_ir_version() { return onnx::Version::IR_VERSION; }
+int64_t onnx_library_max_opset() {
+  const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  const auto it = ranges.find(onnx::ONNX_DOMAIN);
+  return it == ranges.end() ? kCanonicalOpset : it->second.second;
+}
+
 Model parse_onnx(const std::string& bytes, const std::string& source,
                  const ImportOptions& options) {
   onnx::ModelProto proto;
@@ -259,15 +269,26 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
             "' is not an ONNX model (", bytes.empty() ? "the file is empty" :
             "protobuf parsing failed: the file is truncated or of another format",
             "). Export it again with torch.onnx.export or onnx.save.");
+
+  int64_t opset = 0;
+  for (const auto& o : proto.opset_import())
+    if (is_default_domain(o.domain())) opset = o.version();
+  // Newer than the linked ONNX: say so with both versions before the checker's terser words.
+  OMT_CHECK(proto.ir_version() <= onnx_library_max_ir_version() &&
+                opset <= onnx_library_max_opset(),
+            kModel, "'", source, "' has IR version ", proto.ir_version(), " and opset ", opset,
+            "; this onnx-mirror is built with ONNX ", onnx_library_version(),
+            ", which reads IR versions up to ", onnx_library_max_ir_version(),
+            " and opsets up to ", onnx_library_max_opset(),
+            ". Export with opset_version=", kCanonicalOpset,
+            " (torch.onnx.export(..., opset_version=", kCanonicalOpset,
+            ")), or rebuild onnx-mirror with a newer ONNX (scripts/install-onnx.sh).");
   try {
     onnx::checker::check_model(proto);
   } catch (const std::exception& e) {
     OMT_FAIL(kModel, "'", source, "' fails ONNX's model checker: ", e.what());
   }
 
-  int64_t opset = 0;
-  for (const auto& o : proto.opset_import())
-    if (is_default_domain(o.domain())) opset = o.version();
   const int64_t original_opset = opset;
   // A model of only non-default domains (e.g. ai.onnx.preview.training) has nothing to convert.
   bool uses_default_domain = false;
@@ -277,14 +298,11 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
   if (opset < 14) bn_training = strip_bn_saved_outputs(proto.mutable_graph(), source);
 
   if (options.convert_opset && opset != kCanonicalOpset) {
-    OMT_CHECK(opset < kCanonicalOpset, kUnsupported, "'", source, "' uses opset ", opset,
-              ", newer than this runtime's ", kCanonicalOpset,
-              ". Export with opset_version=", kCanonicalOpset, " or lower.");
     try {
       proto = onnx::version_conversion::ConvertVersion(proto, static_cast<int>(kCanonicalOpset));
     } catch (const std::exception& e) {
       OMT_FAIL(kUnsupported, "'", source, "': ONNX's version converter cannot bring opset ",
-               opset, " to ", kCanonicalOpset, ": ", e.what(),
+               opset, " to ", kCanonicalOpset, ", the opset onnx-mirror runs: ", e.what(),
                ". Export with opset_version=", kCanonicalOpset, ".");
     }
     opset = kCanonicalOpset;
@@ -328,8 +346,8 @@ Model load_onnx(const std::string& path, const ImportOptions& options) {
 
 std::string serialize_onnx(const Model& model) {
   onnx::ModelProto proto;
-  // IR version 8 is what ONNX 1.12 writes for opset 17.
-  proto.set_ir_version(std::max<int64_t>(model.ir_version, 3));
+  // The IR version of the canonical opset: what ONNX itself writes for it.
+  proto.set_ir_version(kWrittenIrVersion);
   proto.set_producer_name(model.producer_name.empty() ? "onnx-mirror" : model.producer_name);
   proto.set_producer_version(model.producer_version);
   for (const auto& o : model.opsets) {

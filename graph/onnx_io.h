@@ -10,7 +10,16 @@
 
 namespace omt {
 
-constexpr int64_t kCanonicalOpset = 17;
+// Note [Canonical opset]: every default-domain model is converted to this opset on import,
+// so each kernel and gradient rule implements one version of its op. Written models carry
+// kWrittenIrVersion, the IR version of that opset.
+constexpr int64_t kCanonicalOpset = 23;
+constexpr int64_t kWrittenIrVersion = 11;
+
+// The versions of the ONNX library onnx-mirror is built with (for messages and `inspect`).
+std::string onnx_library_version();
+int64_t onnx_library_max_ir_version();
+int64_t onnx_library_max_opset();
 
 struct ImportOptions {
   // Convert the default-domain opset to kCanonicalOpset (off only for tests of the converter).

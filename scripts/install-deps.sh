@@ -7,11 +7,11 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(
   build-essential cmake ninja-build pkg-config
-  libonnx-dev libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler python3-venv python3-pip
   libgloo-dev libhiredis-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev
-  dataset-fashion-mnist libonnx-testdata
+  dataset-fashion-mnist
   redis-server
 )
 missing=()
@@ -22,3 +22,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+
+# ONNX >= 1.20 from its source release (Debian 12 has 1.12); cached per version.
+bash "$(dirname "$0")/install-onnx.sh"

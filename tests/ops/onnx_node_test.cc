@@ -1,4 +1,5 @@
-// ONNX's own backend node tests (Debian's libonnx-testdata): every case folder under
+// ONNX's own backend node tests (the data shipped in the ONNX source release that
+// scripts/install-onnx.sh builds, OMT_ONNX_TEST_DATA): every case folder under
 // data/node is imported and run on the CPU backend, and its outputs are compared with the
 // expected ones. A case is skipped only when the runtime says it does not support something
 // in it (an op, a dtype, an attribute, a non-tensor input); every other outcome is a pass or
@@ -21,8 +22,8 @@
 namespace omt {
 namespace {
 
-const char* kNodeDir = "/usr/share/libonnx-testdata/data/node";
-const char* kSimpleDir = "/usr/share/libonnx-testdata/data/simple";
+const std::string kNodeDir = std::string(OMT_ONNX_TEST_DATA) + "/node";
+const std::string kSimpleDir = std::string(OMT_ONNX_TEST_DATA) + "/simple";
 
 std::vector<std::string> list_dir(const std::string& path) {
   std::vector<std::string> out;
@@ -163,7 +164,7 @@ std::string category(const std::string& reason) {
 TEST(OnnxNodeTests, RunEverySupportedCase) {
   const auto cases = list_dir(kNodeDir);
   if (cases.empty()) {
-    GTEST_SKIP() << kNodeDir << " is empty: install libonnx-testdata";
+    GTEST_SKIP() << kNodeDir << " is empty: run scripts/install-onnx.sh";
   }
   const char* filter_env = std::getenv("OMT_NODE_FILTER");
   const bool verbose = std::getenv("OMT_NODE_VERBOSE") != nullptr;
@@ -174,7 +175,7 @@ TEST(OnnxNodeTests, RunEverySupportedCase) {
   for (const auto& c : cases) {
     if (!std::regex_search(c, filter)) continue;
     ++ran;
-    Outcome o = run_case(std::string(kNodeDir) + "/" + c);
+    Outcome o = run_case(kNodeDir + "/" + c);
     if (o.kind == Outcome::kFail && kKnownExceptions.count(c)) {
       std::cout << "KNOWN " << c << "  -- " << o.reason << "\n      (" << kKnownExceptions.at(c) << ")\n";
       o = {Outcome::kSkip, "known test-data exception"};
@@ -212,7 +213,7 @@ TEST(OnnxNodeTests, RunEverySupportedCase) {
 // ai.onnx.preview.training (expanded by onnx-mirror's autodiff).
 TEST(OnnxSimpleTests, GradientOperatorCases) {
   for (const char* c : {"test_gradient_of_add", "test_gradient_of_add_and_mul"}) {
-    const Outcome o = run_case(std::string(kSimpleDir) + "/" + c);
+    const Outcome o = run_case(kSimpleDir + "/" + c);
     EXPECT_EQ(o.kind, Outcome::kPass) << c << ": " << o.reason;
   }
 }
