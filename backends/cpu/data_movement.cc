@@ -319,24 +319,12 @@ class SplitKernel : public OpKernel {
     const int64_t axis = normalize_axis(axis_, x.rank(), info_.where());
     const int64_t len = x.dim(axis);
     const int n = ctx.num_outputs();
-    std::vector<int64_t> split;
     const Tensor* split_t = ctx.num_inputs() > 1 ? ctx.input(1) : nullptr;
-    if (split_t != nullptr && split_t->defined()) {
-      split = split_t->to_int64_vector();
-      OMT_CHECK(static_cast<int>(split.size()) == n, kModel, info_.where(), ": split has ",
-                split.size(), " entries for ", n, " outputs");
-      int64_t sum = 0;
-      for (int64_t v : split) {
-        OMT_CHECK(v >= 0, kModel, info_.where(), ": negative split size ", v);
-        sum += v;
-      }
-      OMT_CHECK(sum == len, kModel, info_.where(), ": split sizes sum to ", sum,
-                ", expected the axis-", axis, " size ", len, " of ", x.describe());
-    } else {
-      OMT_CHECK(len % n == 0, kModel, info_.where(), ": cannot split axis ", axis, " of ",
-                x.describe(), " into ", n, " equal parts; pass the 'split' input");
-      split.assign(static_cast<size_t>(n), len / n);
-    }
+    std::vector<int64_t> given;
+    if (split_t != nullptr && split_t->defined()) given = split_t->to_int64_vector();
+    const std::vector<int64_t> split =
+        split_sizes(split_t != nullptr && split_t->defined() ? &given : nullptr, len, n,
+                    info_.attr().has("num_outputs"), axis, x, info_.where());
     const int64_t outer = product(x.shape(), 0, static_cast<size_t>(axis));
     const size_t inner_bytes =
         static_cast<size_t>(product(x.shape(), axis + 1, x.shape().size())) * es;

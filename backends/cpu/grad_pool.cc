@@ -223,7 +223,7 @@ class AveragePoolGradKernel : public OpKernel {
  public:
   explicit AveragePoolGradKernel(const KernelInfo& info)
       : info_(info),
-        windows_(info, false),
+        windows_(info, true),
         count_include_pad_(info.attr().get_int("count_include_pad", 0) != 0) {}
 
   void compute(KernelContext& ctx) override {

@@ -165,9 +165,7 @@ class MaxPoolKernel : public OpKernel {
 class AveragePoolKernel : public OpKernel {
  public:
   explicit AveragePoolKernel(const KernelInfo& info) : info_(info) {
-    OMT_CHECK(!info.attr().has("dilations"), kUnsupported, info.where(),
-              ": AveragePool dilations are opset 19; this runtime implements opset 17");
-    attrs_.read(info, /*has_dilations=*/false);
+    attrs_.read(info, /*has_dilations=*/true);  // AveragePool has dilations since opset 19
     count_include_pad_ = info.attr().get_int("count_include_pad", 0) != 0;
   }
 

@@ -51,6 +51,9 @@ void PoolAttrs::geometry(const Shape& x, const std::string& where, Shape& out_sh
       OMT_CHECK(span >= 0, kModel, where, ": input ", shape_str(x),
                 " is smaller than the pooling window ", shape_str(kernel), " plus pads");
       o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+      // Note [Last ceil window]: in ceil mode a last window that would start in the end
+      // padding is dropped (ONNX since 1.16's reference, PyTorch, oneDNN).
+      if (ceil_mode && (o - 1) * s >= in + pb) --o;
     }
     out_shape.push_back(o);
     g.in[off + i] = in;

@@ -228,6 +228,7 @@ class PoolAttrs {
         OMT_CHECK(span >= 0, kModel, where_, ": input ", shape_str(x), " is smaller than the pooling window ",
                   shape_str(kernel_), " plus pads");
         o = (ceil_mode_ ? (span + s - 1) / s : span / s) + 1;
+        if (ceil_mode_ && (o - 1) * s >= in + pb) --o;  // Note [Last ceil window] (cpu/pool_geometry.cc)
       }
       out_shape.push_back(o);
       g.in[off + i] = in;
@@ -276,7 +277,7 @@ class MaxPoolKernel final : public CudaKernel {
 class AveragePoolKernel final : public CudaKernel {
  public:
   AveragePoolKernel(const KernelInfo& info, CudaContext& cu)
-      : CudaKernel(info, cu), attrs_(info, false), include_pad_(info.attr().get_int("count_include_pad", 0) != 0) {}
+      : CudaKernel(info, cu), attrs_(info, true), include_pad_(info.attr().get_int("count_include_pad", 0) != 0) {}
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
     Shape out;
@@ -353,7 +354,7 @@ class MaxPoolGradKernel final : public CudaKernel {
 class AveragePoolGradKernel final : public CudaKernel {
  public:
   AveragePoolGradKernel(const KernelInfo& info, CudaContext& cu)
-      : CudaKernel(info, cu), attrs_(info, false), include_pad_(info.attr().get_int("count_include_pad", 0) != 0) {}
+      : CudaKernel(info, cu), attrs_(info, true), include_pad_(info.attr().get_int("count_include_pad", 0) != 0) {}
   InputPlace input_place(int i) const override { return i == 0 ? InputPlace::kDevice : InputPlace::kHost; }
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);

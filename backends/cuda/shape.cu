@@ -299,23 +299,11 @@ class SplitKernel final : public CudaKernel {
     const int64_t axis = normalize_axis(axis_, x.rank(), where());
     const int64_t len = x.dim(axis);
     const int n = ctx.num_outputs();
-    std::vector<int64_t> split;
-    if (const Tensor* t = optional_input(ctx, 1)) {
-      split = t->to_int64_vector();
-      OMT_CHECK(static_cast<int>(split.size()) == n, kModel, where(), ": split has ", split.size(), " entries for ", n,
-                " outputs");
-      int64_t sum = 0;
-      for (int64_t v : split) {
-        OMT_CHECK(v >= 0, kModel, where(), ": negative split size ", v);
-        sum += v;
-      }
-      OMT_CHECK(sum == len, kModel, where(), ": split sizes sum to ", sum, ", expected the axis-", axis, " size ", len,
-                " of ", x.describe());
-    } else {
-      OMT_CHECK(len % n == 0, kModel, where(), ": cannot split axis ", axis, " of ", x.describe(), " into ", n,
-                " equal parts; pass the 'split' input");
-      split.assign(static_cast<size_t>(n), len / n);
-    }
+    const Tensor* t = optional_input(ctx, 1);
+    std::vector<int64_t> given;
+    if (t != nullptr) given = t->to_int64_vector();
+    const std::vector<int64_t> split = split_sizes(t != nullptr ? &given : nullptr, len, n,
+                                                   info_.attr().has("num_outputs"), axis, x, where());
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
     for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
