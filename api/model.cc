@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "api/internal.h"
+#include "graph/export_habits.h"
 #include "graph/onnx_io.h"
 #include "runtime/data/dataset.h"
 #include "runtime/fit.h"
@@ -276,6 +277,11 @@ std::vector<std::string> Model::parameter_names() const {
   for (const auto& n : init.names())
     if (omt::dtype_is_float(init.at(n).dtype())) out.push_back(n);
   return out;
+}
+
+std::vector<std::string> Model::export_notes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return omt::export_habit_notes(impl_->model->graph);
 }
 
 Tensor Model::parameter(const std::string& name) const {

@@ -4,6 +4,7 @@
 #include "api/internal.h"
 #include "backends/backend.h"
 #include "graph/autodiff.h"
+#include "graph/export_habits.h"
 #include "graph/onnx_io.h"
 #include "graph/training.h"
 #include "runtime/session.h"
@@ -51,6 +52,7 @@ ModelInfo ModelInfo::read(const std::string& path) {
       info.trainable.clear();  // nothing trainable: select_parameters refuses an empty set
     }
     info.ops_without_gradient = omt::ops_lacking_gradient_rule(g);
+    info.notes = omt::export_habit_notes(g);
     info.impl_ = std::move(impl);
     return info;
   });

@@ -116,6 +116,10 @@ omt::TrainingSpec spec_of(const TrainerOptions& options) {
   spec.labels = options.labels;
   spec.train_regex = options.train_regex;
   spec.freeze_regex = options.freeze_regex;
+  OMT_CHECK(options.batchnorm == "batch" || options.batchnorm == "running", kInvalidArgument,
+            "unknown batchnorm mode '", options.batchnorm, "': use batch (batch statistics, "
+            "running ones updated, as torch's train()) or running (frozen running statistics)");
+  spec.batchnorm_batch_statistics = options.batchnorm == "batch";
   spec.optimizer.kind = omt::parse_optimizer_kind(options.optimizer);
   spec.optimizer.momentum = options.momentum;
   spec.optimizer.dampening = options.dampening;

@@ -165,9 +165,9 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
   NameSource names(g);
 
   // Training mode: BatchNormalization -> BatchNormTraining (batch statistics, running
-  // statistics as state), Dropout -> training_mode on.
+  // statistics as state) unless the spec keeps them frozen, Dropout -> training_mode on.
   for (auto& n : g.nodes) {
-    if (n.domain.empty() && n.op_type == "BatchNormalization") {
+    if (n.domain.empty() && n.op_type == "BatchNormalization" && spec.batchnorm_batch_statistics) {
       OMT_CHECK(n.inputs.size() == 5 && g.initializers.has(n.inputs[3]) && g.initializers.has(n.inputs[4]),
                 kUnsupported, n.where(), ": running mean and variance must be initializers to train");
       const std::string mean = n.inputs[3], var = n.inputs[4];

@@ -42,6 +42,10 @@ struct TrainingSpec {
   std::string train_regex;        // parameters to train ("" = every float initializer)
   std::string freeze_regex;       // parameters to keep fixed
   bool with_optimizer = true;     // false: the graph stops at the gradients
+  // BatchNormalization in training: batch statistics with the running statistics updated,
+  // as torch.nn.Module.train() (true, `--batchnorm batch`), or the running statistics kept
+  // frozen and used as in inference (false, `--batchnorm running`).
+  bool batchnorm_batch_statistics = true;
   OptimizerSpec optimizer;
 };
 

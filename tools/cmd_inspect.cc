@@ -31,6 +31,7 @@ void register_inspect(CLI::App& app) {
               << m.parameter_bytes << " bytes\n";
     if (m.trainable.empty()) std::cout << "  (no trainable parameters)\n";
     for (const auto& [name, type] : m.trainable) std::cout << "  " << name << "  " << type << "\n";
+    for (const auto& note : m.notes) std::cout << "note: " << note << "\n";
     const auto& no_grad = m.ops_without_gradient;
     if (no_grad.empty()) {
       std::cout << "ops without a gradient rule: none\n";

@@ -29,7 +29,7 @@ using onnx_mirror::Tensors;
 struct TrainArgs {
   std::string model, data, output;
   std::string labels = "labels", loss, model_output;  // loss "": chosen from the labels' dtype
-  std::string train_regex, freeze_regex;
+  std::string train_regex, freeze_regex, batchnorm = "batch";
   std::string optimizer = "sgd";
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
@@ -59,6 +59,9 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--model-output", a.model_output, "model output the loss reads (default: the first)");
   sub->add_option("--train", a.train_regex, "train only parameters whose name matches this regex");
   sub->add_option("--freeze", a.freeze_regex, "keep parameters whose name matches this regex fixed");
+  sub->add_option("--batchnorm", a.batchnorm,
+                  "batch (default: batch statistics, running ones updated, as torch's train()) | "
+                  "running (frozen running statistics, as in inference)");
   if (!with_optimizer) return;
   sub->add_option("--optimizer", a.optimizer, "sgd | adam | adamw");
   sub->add_option("--lr", a.lr, "learning rate");
@@ -79,6 +82,7 @@ onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
   o.labels = a.labels;
   o.train_regex = a.train_regex;
   o.freeze_regex = a.freeze_regex;
+  o.batchnorm = a.batchnorm;
   o.optimizer = a.optimizer;
   o.lr = a.lr;
   o.momentum = a.momentum;
@@ -306,6 +310,8 @@ int run_train(const TrainArgs& a, char** argv) {
            access(dir.c_str(), F_OK) == 0 ? "is not writable" : "does not exist", ". Create it or choose another path.");
   }
   onnx_mirror::Model model = load_for_training(a.model);
+  if (leader)
+    for (const auto& note : model.export_notes()) std::cerr << "warning: " << a.model << ": " << note << "\n";
   const onnx_mirror::Dataset train = onnx_mirror::load_dataset(a.data, a.labels);
   options.loss = resolve_loss(a, model, train.labels, train.source);
   if (leader && a.loss.empty() && train.has_float_targets())

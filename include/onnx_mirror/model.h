@@ -104,6 +104,10 @@ class Model {
   // A copy of one parameter's current value (kInvalidArgument for an unknown name).
   Tensor parameter(const std::string& name) const;
 
+  // What the exporter did to the model that changes how it trains (BatchNorm folded into
+  // Conv, biases dropped), one sentence each naming the tensors and the fix; often empty.
+  std::vector<std::string> export_notes() const;
+
   // Writes the model with its current parameters as ONNX (atomically). Errors: kIo, kModel.
   void save(const std::string& path) const;
 

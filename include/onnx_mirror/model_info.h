@@ -25,7 +25,7 @@ class ModelInfo {
     int64_t version = 0;
   };
 
-  // Parses and checks the file (converted to opset 17 like Model::load) but builds no
+  // Parses and checks the file (converted to the canonical opset like Model::load) but builds no
   // kernels, so a model with unsupported ops can still be described. Errors: kIo, kModel.
   static ModelInfo read(const std::string& path);
 
@@ -41,6 +41,8 @@ class ModelInfo {
   // What a Trainer with default options would train: (name, "float32[64,10]"), graph order;
   // empty when nothing is trainable.
   std::vector<std::pair<std::string, std::string>> trainable;
+  // What the exporter did that changes training (Model::export_notes), one sentence each.
+  std::vector<std::string> notes;
   // "Op (node 'name')" for every node whose op has no gradient rule.
   std::vector<std::string> ops_without_gradient;
 

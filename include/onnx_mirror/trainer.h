@@ -45,6 +45,10 @@ struct TrainerOptions {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // adam, adamw
   std::string train_regex;     // parameters to train ("" = every float weight)
   std::string freeze_regex;    // parameters to keep bit-identical
+  // BatchNormalization nodes (also inference-mode ones, as exporters write them): "batch"
+  // trains with batch statistics and updates the running ones (torch's train()); "running"
+  // normalises with the stored running statistics and leaves them unchanged.
+  std::string batchnorm = "batch";
   int replicas = 1;            // local replicas (threads), each with a share of every batch
   int threads_per_replica = 1;
   int64_t bucket_cap_bytes = 25 << 20;   // all-reduce bucket size cap
