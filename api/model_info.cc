@@ -6,6 +6,7 @@
 #include "graph/autodiff.h"
 #include "graph/export_habits.h"
 #include "graph/onnx_io.h"
+#include "graph/parameters.h"
 #include "graph/training.h"
 #include "runtime/session.h"
 
@@ -53,6 +54,13 @@ ModelInfo ModelInfo::read(const std::string& path) {
     }
     info.ops_without_gradient = omt::ops_lacking_gradient_rule(g);
     info.notes = omt::export_habit_notes(g);
+    for (const omt::InitializerClass& c : omt::classify_initializers(g)) {
+      if (c.role == omt::InitializerRole::kNotFloat) continue;
+      std::string origin;
+      for (const auto& o : c.origin) origin += (origin.empty() ? "" : ", ") + o;
+      info.initializers.push_back({c.name, g.initializers.at(c.name).describe(),
+                                   omt::initializer_role_name(c.role), c.reason, origin});
+    }
     info.impl_ = std::move(impl);
     return info;
   });

@@ -45,6 +45,10 @@ struct Graph {
   std::vector<ValueInfo> outputs;
   NamedTensors initializers;
   std::map<std::string, ValueInfo> value_info;  // inferred types of intermediate values
+  // Metadata an exporter attached to an initializer (ONNX's metadata_props of its
+  // TensorProto or ValueInfoProto, e.g. PyTorch's "pkg.torch.export.graph_signature.
+  // InputSpec.kind" = "PARAMETER"), by initializer name; written back on export.
+  std::map<std::string, std::map<std::string, std::string>> initializer_metadata;
   std::string doc_string;
 
   const ValueInfo* find_input(const std::string& name) const;

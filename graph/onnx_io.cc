@@ -10,9 +10,11 @@
 #include <onnx/version_converter/convert.h>
 
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "common/file_util.h"
+#include "graph/parameters.h"
 
 namespace omt {
 namespace {
@@ -223,6 +225,23 @@ std::set<std::string> strip_bn_saved_outputs(onnx::GraphProto* g, const std::str
   return training_nodes;
 }
 
+// Note [Exporter metadata]: PyTorch's dynamo exporter says what each initializer was in torch
+// on the value_info of the same name; other producers may use the TensorProto's own. Read
+// before the version converter, which rebuilds value infos without their metadata.
+std::map<std::string, std::map<std::string, std::string>> initializer_metadata(const onnx::GraphProto& g) {
+  std::set<std::string> names;
+  for (const auto& init : g.initializer()) names.insert(init.name());
+  std::map<std::string, std::map<std::string, std::string>> out;
+  auto keep = [&](const std::string& name, const auto& props) {
+    if (!names.count(name)) return;
+    for (const auto& kv : props) out[name][kv.key()] = kv.value();
+  };
+  for (const auto& init : g.initializer()) keep(init.name(), init.metadata_props());
+  for (const auto& vi : g.value_info()) keep(vi.name(), vi.metadata_props());
+  for (const auto& in : g.input()) keep(in.name(), in.metadata_props());
+  return out;
+}
+
 Graph graph_from_proto(const onnx::GraphProto& g, const std::string& base_dir,
                        const std::string& source) {
   Graph graph;
@@ -290,6 +309,7 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
   }
 
   const int64_t original_opset = opset;
+  auto metadata = initializer_metadata(proto.graph());
   // A model of only non-default domains (e.g. ai.onnx.preview.training) has nothing to convert.
   bool uses_default_domain = false;
   for (const auto& n : proto.graph().node()) uses_default_domain |= is_default_domain(n.domain());
@@ -337,6 +357,9 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     if (!is_default_domain(o.domain())) model.opsets.push_back({o.domain(), o.version()});
   for (const auto& kv : proto.metadata_props()) model.metadata[kv.key()] = kv.value();
   model.graph = graph_from_proto(proto.graph(), dir_of(source), source);
+  for (auto& [name, md] : metadata)
+    if (model.graph.initializers.has(name)) model.graph.initializer_metadata[name] = std::move(md);
+  tie_folded_copies(model.graph);  // Note [Tied copies] in graph/parameters.h
   return model;
 }
 
@@ -366,8 +389,17 @@ std::string serialize_onnx(const Model& model) {
   gp->set_doc_string(g.doc_string);
   for (const auto& in : g.inputs) value_info_to_proto(in, gp->add_input());
   for (const auto& out : g.outputs) value_info_to_proto(out, gp->add_output());
-  for (const auto& name : g.initializers.names())
-    tensor_to_proto(g.initializers.at(name), name, gp->add_initializer());
+  for (const auto& name : g.initializers.names()) {
+    auto* t = gp->add_initializer();
+    tensor_to_proto(g.initializers.at(name), name, t);
+    const auto md = g.initializer_metadata.find(name);
+    if (md == g.initializer_metadata.end()) continue;
+    for (const auto& [k, v] : md->second) {
+      auto* kv = t->add_metadata_props();
+      kv->set_key(k);
+      kv->set_value(v);
+    }
+  }
   for (const auto& [name, vi] : g.value_info) {
     if (g.find_input(name) || g.initializers.has(name)) continue;
     bool is_output = false;

@@ -1,5 +1,7 @@
 #include "graph/training.h"
 
+#include "graph/parameters.h"
+
 #include <algorithm>
 #include <map>
 #include <regex>
@@ -55,17 +57,6 @@ OptimizerKind parse_optimizer_kind(const std::string& name) {
 
 namespace {
 
-// Names of BatchNormalization running statistics (inputs 3 and 4): state, not parameters.
-std::set<std::string> batchnorm_statistics(const Graph& g) {
-  std::set<std::string> out;
-  for (const auto& n : g.nodes)
-    if (n.op_type == "BatchNormalization" && n.domain.empty() && n.inputs.size() >= 5) {
-      out.insert(n.inputs[3]);
-      out.insert(n.inputs[4]);
-    }
-  return out;
-}
-
 class NameSource {
  public:
   explicit NameSource(const Graph& g) {
@@ -112,7 +103,6 @@ Node make_node(NameSource& names, const std::string& op, const std::string& base
 
 std::vector<std::string> select_parameters(const Graph& g, const TrainingSpec& spec,
                                            std::vector<std::string>* frozen) {
-  const std::set<std::string> stats = batchnorm_statistics(g);
   std::regex train, freeze;
   try {
     if (!spec.train_regex.empty()) train = std::regex(spec.train_regex);
@@ -120,14 +110,17 @@ std::vector<std::string> select_parameters(const Graph& g, const TrainingSpec& s
   } catch (const std::regex_error& e) {
     OMT_FAIL(kInvalidArgument, "bad --train/--freeze regular expression: ", e.what());
   }
+  // Parameters by default (graph/parameters.h); --train names override the classification
+  // for constants and buffers, never for statistics or integer tensors.
   std::vector<std::string> out;
-  for (const auto& name : g.initializers.names()) {
-    const Tensor& t = g.initializers.at(name);
-    if (!dtype_is_float(t.dtype()) || t.rank() == 0 || stats.count(name)) continue;
-    const bool chosen = (spec.train_regex.empty() || std::regex_search(name, train)) &&
-                        (spec.freeze_regex.empty() || !std::regex_search(name, freeze));
-    if (chosen) out.push_back(name);
-    else if (frozen) frozen->push_back(name);
+  for (const InitializerClass& c : classify_initializers(g)) {
+    if (c.role == InitializerRole::kNotFloat || c.role == InitializerRole::kStatistic) continue;
+    if (g.initializers.at(c.name).rank() == 0) continue;  // a 0-d tensor has no slice to update
+    const bool candidate = spec.train_regex.empty() ? c.role == InitializerRole::kParameter
+                                                    : std::regex_search(c.name, train);
+    const bool chosen = candidate && (spec.freeze_regex.empty() || !std::regex_search(c.name, freeze));
+    if (chosen) out.push_back(c.name);
+    else if (frozen && c.role == InitializerRole::kParameter) frozen->push_back(c.name);
   }
   OMT_CHECK(!out.empty(), kInvalidArgument, "no trainable parameters: ",
             spec.train_regex.empty() && spec.freeze_regex.empty()

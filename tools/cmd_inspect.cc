@@ -29,8 +29,17 @@ void register_inspect(CLI::App& app) {
     for (const auto& [op, count] : m.op_counts) std::cout << "  " << std::setw(6) << count << "  " << op << "\n";
     std::cout << "parameters: " << m.parameter_count << " float tensors, " << m.parameter_elements << " values, "
               << m.parameter_bytes << " bytes\n";
+    std::cout << "trained by default (" << m.trainable.size() << "; --train/--freeze REGEX override):\n";
     if (m.trainable.empty()) std::cout << "  (no trainable parameters)\n";
-    for (const auto& [name, type] : m.trainable) std::cout << "  " << name << "  " << type << "\n";
+    for (const auto& i : m.initializers)
+      if (i.role == "parameter")
+        std::cout << "  " << i.name << "  " << i.type << "  -- " << i.reason << "\n";
+    size_t kept = 0;
+    for (const auto& i : m.initializers) kept += i.role != "parameter";
+    if (kept) std::cout << "not trained (" << kept << "):\n";
+    for (const auto& i : m.initializers)
+      if (i.role != "parameter")
+        std::cout << "  " << i.name << "  " << i.type << "  -- " << i.role << ": " << i.reason << "\n";
     for (const auto& note : m.notes) std::cout << "note: " << note << "\n";
     const auto& no_grad = m.ops_without_gradient;
     if (no_grad.empty()) {

@@ -41,6 +41,13 @@ class ModelInfo {
   // What a Trainer with default options would train: (name, "float32[64,10]"), graph order;
   // empty when nothing is trainable.
   std::vector<std::pair<std::string, std::string>> trainable;
+  // Every float initializer with what a default training run does with it and why:
+  // role "parameter" (trained), "constant", "buffer" or "statistic" (not trained); reason
+  // says what in the file decided it, origin the torch tensors it came from ("" if unknown).
+  struct Initializer {
+    std::string name, type, role, reason, origin;
+  };
+  std::vector<Initializer> initializers;
   // What the exporter did that changes training (Model::export_notes), one sentence each.
   std::vector<std::string> notes;
   // "Op (node 'name')" for every node whose op has no gradient rule.

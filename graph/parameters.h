@@ -1,0 +1,41 @@
+// Which initializers a training run updates, and why: from what the exporter recorded in
+// the file (PyTorch's graph signature and constant-folding provenance, Note [Exporter
+// metadata]), else from the tensors themselves. `inspect` prints the reasons; `--train` and
+// `--freeze` override them by name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace omt {
+
+enum class InitializerRole {
+  kParameter,  // trained by default
+  kConstant,   // an exporter constant (attention scale, folded temporaries)
+  kBuffer,     // a torch buffer: state of the module, not trained
+  kStatistic,  // BatchNormalization running mean/variance: updated by BN, not by the optimizer
+  kNotFloat,   // integers and booleans (shapes, indices, masks)
+};
+const char* initializer_role_name(InitializerRole role);
+
+struct InitializerClass {
+  std::string name;
+  InitializerRole role = InitializerRole::kParameter;
+  std::string reason;               // one phrase: why this role
+  std::vector<std::string> origin;  // torch tensors it came from, when the file says
+};
+
+// Every initializer in graph order.
+std::vector<InitializerClass> classify_initializers(const Graph& graph);
+
+// Note [Tied copies]: the dynamo exporter folds Transpose(W) into a new initializer `val_N`
+// holding W's values transposed. Where W itself is still in the file (a tied embedding and
+// LM head), training the two tensors separately would untie them and diverge from torch,
+// which sums both gradients into W. Each such copy is replaced by a node computing it from
+// W (Transpose, or Identity for an equal copy), so W alone is trained and stays tied.
+// Returns the names of the copies replaced.
+std::vector<std::string> tie_folded_copies(Graph& graph);
+
+}  // namespace omt
