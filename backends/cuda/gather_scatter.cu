@@ -147,6 +147,9 @@ __device__ __forceinline__ void nd_combine(T& d, T s) {
 
 // ScatterND after gather_nd_offsets_kernel: one thread per element e of a slice applies the
 // tuples' updates upd[t * slice + e] to y[base[t] + e] in tuple order (bad tuples skipped).
+// Parallel over the slice only: with tuples that address single elements (slice 1) one thread
+// applies them all. Exact and deterministic with duplicates; a sort-by-offset path would be
+// needed for large element-wise index sets.
 template <class T, NdReduction kRed>
 __global__ void scatter_nd_kernel(const int64_t* __restrict__ base, const T* __restrict__ upd, T* __restrict__ y,
                                   int64_t count, int64_t slice) {
