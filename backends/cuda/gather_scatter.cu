@@ -1,8 +1,9 @@
-// GatherElements, GatherND and ScatterElements on the GPU, as backends/cpu/data_movement.cc:
-// int32/int64 indices, negative ones counted from the end, any element width (add/mul
-// reductions: every numeric dtype). ScatterElements runs one thread per line of indices along
-// the axis and applies that line's updates in the CPU's order, so duplicate indices give the
-// CPU's result (last write wins, sums and products in order) without atomics. Out-of-range
+// GatherElements, GatherND and ScatterElements on the GPU, as backends/cpu/data_movement.cc,
+// and ScatterND, as backends/cpu/scatter_nd.cc: int32/int64 indices, negative ones counted
+// from the end, any element width (reductions: every numeric dtype). ScatterElements runs one
+// thread per line of indices along the axis and ScatterND one thread per element of a slice,
+// each applying its updates in the CPU's order, so duplicate indices give the CPU's result
+// (last write wins, sums, products, max and min in order) without atomics. Out-of-range
 // indices fail with the CPU's error: Note [bad indices on the GPU].
 #include <algorithm>
 #include <type_traits>
@@ -122,6 +123,44 @@ __global__ void scatter_elements_kernel(const I* __restrict__ ind, const T* __re
   }
 }
 
+enum class NdReduction { kNone, kAdd, kMul, kMax, kMin };
+
+template <class T, NdReduction kRed>
+__device__ __forceinline__ void nd_combine(T& d, T s) {
+  if constexpr (kRed == NdReduction::kNone) {
+    d = s;
+  } else if constexpr (kRed == NdReduction::kAdd) {
+    d = static_cast<T>(d + s);
+  } else if constexpr (kRed == NdReduction::kMul) {
+    d = static_cast<T>(d * s);
+  } else {
+    // NaN propagates from either side, as on the CPU (numpy's maximum/minimum).
+    if constexpr (std::is_floating_point_v<T>) {
+      if (s != s) {
+        d = s;
+        return;
+      }
+    }
+    if (kRed == NdReduction::kMax ? s > d : s < d) d = s;
+  }
+}
+
+// ScatterND after gather_nd_offsets_kernel: one thread per element e of a slice applies the
+// tuples' updates upd[t * slice + e] to y[base[t] + e] in tuple order (bad tuples skipped).
+// Parallel over the slice only: with tuples that address single elements (slice 1) one thread
+// applies them all. Exact and deterministic with duplicates; a sort-by-offset path would be
+// needed for large element-wise index sets.
+template <class T, NdReduction kRed>
+__global__ void scatter_nd_kernel(const int64_t* __restrict__ base, const T* __restrict__ upd, T* __restrict__ y,
+                                  int64_t count, int64_t slice) {
+  OMT_GRID_STRIDE(e, slice) {
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t b = base[t];
+      if (b >= 0) nd_combine<T, kRed>(y[b + e], upd[t * slice + e]);
+    }
+  }
+}
+
 // ================================== helpers ==================================
 
 // The device flag of Note [bad indices on the GPU], set to all ones on the stream, for one launch.
@@ -178,6 +217,20 @@ int64_t check_elements_shapes(const std::string& where, const Tensor& data, cons
               " exceed data ", data.describe(), " on axis ", d);
   check_index_dtype(where, ind);
   return axis;
+}
+
+// GatherND/ScatterND: throws the CPU kernel's error for the first bad index of the first bad
+// index tuple (tuples of ind.dim(-1) indices into data's axes from b on).
+void check_tuples(BadIndexFlag& flag, const std::string& where, const Tensor& data, const Tensor& ind, int64_t b) {
+  const int64_t t = flag.first_bad();
+  if (t < 0) return;
+  const int64_t m = ind.dim(-1);
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t k = flag.index_at(ind, t * m + j), n = data.dim(b + j);
+    OMT_CHECK(k >= -n && k < n, kModel, where, ": index ", k, " is out of range for data axis ", b + j, " of size ",
+              n);
+  }
+  OMT_FAIL(kInternal, where, ": the device flagged index tuple ", t, " but all its indices are in range");
 }
 
 // ================================== op kernels ==================================
@@ -275,16 +328,7 @@ class GatherNDKernel final : public CudaKernel {
         OMT_CUDA_CHECK_LAUNCH();
       });
     }
-    // The first bad tuple's first bad index, as the CPU kernel meets it.
-    const int64_t t = flag.first_bad();
-    if (t >= 0) {
-      for (int64_t j = 0; j < m; ++j) {
-        const int64_t k = flag.index_at(ind, t * m + j), n = x.dim(b + j);
-        OMT_CHECK(k >= -n && k < n, kModel, where(), ": index ", k, " is out of range for data axis ", b + j,
-                  " of size ", n);
-      }
-      OMT_FAIL(kInternal, where(), ": the device flagged index tuple ", t, " but all its indices are in range");
-    }
+    check_tuples(flag, where(), x, ind, b);
   }
 
  private:
@@ -358,9 +402,99 @@ class ScatterElementsKernel final : public CudaKernel {
   Reduction reduction_ = Reduction::kNone;
 };
 
+// ScatterND(data, indices, updates), reduction none | add | mul | max | min (opset 18).
+class ScatterNDKernel final : public CudaKernel {
+ public:
+  ScatterNDKernel(const KernelInfo& info, CudaContext& cu) : CudaKernel(info, cu) {
+    const std::string red = info.attr().get_string("reduction", "none");
+    if (red == "none") reduction_ = NdReduction::kNone;
+    else if (red == "add") reduction_ = NdReduction::kAdd;
+    else if (red == "mul") reduction_ = NdReduction::kMul;
+    else if (red == "max") reduction_ = NdReduction::kMax;
+    else if (red == "min") reduction_ = NdReduction::kMin;
+    else OMT_FAIL(kModel, info.where(), ": reduction '", red, "' is not one of none, add, mul, max, min");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& ind = ctx.in(1);
+    const Tensor& upd = ctx.in(2);
+    const int64_t r = x.rank(), q = ind.rank();
+    OMT_CHECK(r >= 1 && q >= 1, kModel, where(), ": data ", x.describe(), " and indices ", ind.describe(),
+              " must have rank >= 1");
+    OMT_CHECK(ind.dtype() == DType::kInt64 || ind.dtype() == DType::kInt32, kModel, where(),
+              ": indices must be int64 or int32, got ", ind.describe());
+    const int64_t m = ind.dim(-1);
+    OMT_CHECK(m >= 1 && m <= r, kModel, where(), ": the last dimension of indices ", ind.describe(),
+              " must be between 1 and the rank of data ", x.describe());
+    Shape want(ind.shape().begin(), ind.shape().end() - 1);
+    want.insert(want.end(), x.shape().begin() + m, x.shape().end());
+    OMT_CHECK(upd.shape() == want && upd.dtype() == x.dtype(), kModel, where(), ": updates ", upd.describe(),
+              " must be ", dtype_name(x.dtype()), shape_str(want), " (indices.shape[:-1] + data.shape[", m, ":])");
+    OMT_CHECK(m <= kMaxDims, kUnsupported, where(), ": the CUDA backend indexes at most ", kMaxDims,
+              " data dimensions per index tuple, got ", m);
+    if (dtype_size(x.dtype()) == 0) unsupported_dtype(x.dtype());
+    Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    cu_.copy_device(x, y);
+    const int64_t count = ind.numel() / m;
+    if (count == 0) return;
+    const std::vector<int64_t> xs = contiguous_strides(x.shape());
+    const int64_t slice = m < r ? xs[static_cast<size_t>(m - 1)] : 1;
+    TupleAxes ax;
+    for (int64_t j = 0; j < m; ++j) {
+      ax.size[j] = x.dim(j);
+      ax.stride[j] = xs[static_cast<size_t>(j)];
+    }
+    Tensor base = cu_.allocate(DType::kInt64, {count});
+    BadIndexFlag flag(cu_);
+    if (ind.dtype() == DType::kInt64)
+      gather_nd_offsets_kernel<int64_t><<<blocks_for(count), kThreads, 0, stream()>>>(
+          ind.data<int64_t>(), base.data<int64_t>(), count, count, 0, static_cast<int>(m), ax, flag.device());
+    else
+      gather_nd_offsets_kernel<int32_t><<<blocks_for(count), kThreads, 0, stream()>>>(
+          ind.data<int32_t>(), base.data<int64_t>(), count, count, 0, static_cast<int>(m), ax, flag.device());
+    OMT_CUDA_CHECK_LAUNCH();
+    if (slice > 0) {
+      const auto launch = [&](auto tag, auto red) {
+        using T = decltype(tag);
+        scatter_nd_kernel<T, decltype(red)::value><<<blocks_for(slice), kThreads, 0, stream()>>>(
+            base.data<int64_t>(), static_cast<const T*>(upd.raw()), static_cast<T*>(y.raw()), count, slice);
+        OMT_CUDA_CHECK_LAUNCH();
+      };
+      using None = std::integral_constant<NdReduction, NdReduction::kNone>;
+      using Add = std::integral_constant<NdReduction, NdReduction::kAdd>;
+      using Mul = std::integral_constant<NdReduction, NdReduction::kMul>;
+      using Max = std::integral_constant<NdReduction, NdReduction::kMax>;
+      using Min = std::integral_constant<NdReduction, NdReduction::kMin>;
+      switch (reduction_) {
+        case NdReduction::kNone:
+          OMT_CUDA_DISPATCH_WIDTH(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, None{}));
+          break;
+        case NdReduction::kAdd:
+          OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Add{}));
+          break;
+        case NdReduction::kMul:
+          OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Mul{}));
+          break;
+        case NdReduction::kMax:
+          OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Max{}));
+          break;
+        case NdReduction::kMin:
+          OMT_CUDA_DISPATCH_ALL_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), launch(T{}, Min{}));
+          break;
+      }
+    }
+    check_tuples(flag, where(), x, ind, 0);
+  }
+
+ private:
+  NdReduction reduction_ = NdReduction::kNone;
+};
+
 OMT_REGISTER_CUDA_KERNEL("GatherElements", GatherElementsKernel);
 OMT_REGISTER_CUDA_KERNEL("GatherND", GatherNDKernel);
 OMT_REGISTER_CUDA_KERNEL("ScatterElements", ScatterElementsKernel);
+OMT_REGISTER_CUDA_KERNEL("ScatterND", ScatterNDKernel);
 
 }  // namespace
 }  // namespace omt::cuda

@@ -49,6 +49,10 @@ OMT_INTERNAL_NO_GRADIENT("SplitLike");
 OMT_INTERNAL_NO_GRADIENT("SliceGrad");
 OMT_INTERNAL_NO_GRADIENT("GatherGrad");
 OMT_INTERNAL_NO_GRADIENT("PadGrad");
+OMT_INTERNAL_NO_GRADIENT("GeluGrad");
+OMT_INTERNAL_NO_GRADIENT("MishGrad");
+OMT_INTERNAL_NO_GRADIENT("GroupNormalizationGrad");
+OMT_INTERNAL_NO_GRADIENT("RMSNormalizationGrad");
 
 // ONNX's own training-domain optimizer ops update parameters; nothing differentiates them.
 static GradientRegistrar omt_preview_momentum("ai.onnx.preview.training", "Momentum", kWhy);

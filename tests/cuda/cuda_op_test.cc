@@ -339,6 +339,77 @@ void add_recurrent_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// Gelu, Mish, GroupNormalization, RMSNormalization, ScatterND and their backward ops (ScatterND
+// with duplicate tuples for every reduction, applied in the CPU's order on both backends).
+void add_activation_norm_scatter_nd_cases(std::vector<OpCase>& cases) {
+  AttributeMap tanh_approx;
+  tanh_approx.set("approximate", std::string("tanh"));
+  cases.push_back(OpCase{"Gelu", "Gelu", "", {}, {uniform({4, 33}, 1001, -6.f, 6.f)}, {}, 1, 1e-5, 1e-6});
+  cases.push_back(OpCase{"Gelu_tanh_double", "Gelu", "", tanh_approx, {as_double(uniform({4, 33}, 1002, -6.f, 6.f))}, {},
+                         1, 1e-12, 1e-14});
+  cases.push_back(OpCase{"Mish", "Mish", "", {}, {uniform({4, 33}, 1003, -25.f, 25.f)}, {}, 1, 1e-5, 1e-6});
+  cases.push_back(OpCase{"GeluGrad", "GeluGrad", kMirror, {}, {uniform({3, 40}, 1004), uniform({3, 40}, 1005, -6.f, 6.f)},
+                         {}, 1, 1e-5, 1e-6});
+  cases.push_back(OpCase{"GeluGrad_tanh", "GeluGrad", kMirror, tanh_approx,
+                         {uniform({3, 40}, 1006), uniform({3, 40}, 1007, -6.f, 6.f)}, {}, 1, 1e-5, 1e-6});
+  cases.push_back(OpCase{"MishGrad_double", "MishGrad", kMirror, {},
+                         {as_double(uniform({3, 40}, 1008)), as_double(uniform({3, 40}, 1009, -25.f, 25.f))}, {}, 1, 1e-12,
+                         1e-14});
+
+  AttributeMap g2;
+  g2.set("num_groups", int64_t{2});
+  g2.set("epsilon", 1e-3f);
+  AttributeMap g1 = g2;
+  g1.set("num_groups", int64_t{1});
+  g1.set("stash_type", int64_t{11});
+  const Shape gx{3, 6, 5, 7};
+  cases.push_back(OpCase{"GroupNormalization", "GroupNormalization", "", g2,
+                         {uniform(gx, 1010, -2.f, 3.f), uniform({6}, 1011), uniform({6}, 1012)}, {false, true, true}, 1,
+                         1e-5, 1e-5});
+  cases.push_back(OpCase{"GroupNormalization_one_group_double_stash_rank2", "GroupNormalization", "", g1,
+                         {uniform({4, 6}, 1013), uniform({6}, 1014), uniform({6}, 1015)}, {}, 1, 1e-5, 1e-5});
+  cases.push_back(OpCase{"GroupNormalizationGrad", "GroupNormalizationGrad", kMirror, g2,
+                         {uniform(gx, 1016), uniform(gx, 1017, -2.f, 3.f), uniform({6}, 1018), uniform({6}, 1019)}, {}, 3,
+                         1e-4, 1e-5});
+  AttributeMap per_channel;  // InstanceNormalization's backward: no num_groups
+  per_channel.set("stash_type", int64_t{11});
+  cases.push_back(OpCase{"GroupNormalizationGrad_per_channel_no_bias", "GroupNormalizationGrad", kMirror, per_channel,
+                         {uniform(gx, 1020), uniform(gx, 1021), uniform({6}, 1022)}, {}, 3, 1e-4, 1e-5});
+
+  AttributeMap r1;
+  r1.set("axis", int64_t{1});
+  r1.set("epsilon", 1e-3f);
+  const Shape rx{2, 3, 300};
+  cases.push_back(OpCase{"RMSNormalization", "RMSNormalization", "", {}, {uniform(rx, 1023, -2.f, 3.f), uniform({300}, 1024)},
+                         {false, true}, 1, 1e-5, 1e-6});
+  cases.push_back(OpCase{"RMSNormalization_axis1_broadcast", "RMSNormalization", "", r1,
+                         {uniform(rx, 1025), uniform({1, 300}, 1026)}, {}, 1, 1e-5, 1e-6});
+  cases.push_back(OpCase{"RMSNormalizationGrad", "RMSNormalizationGrad", kMirror, {},
+                         {uniform(rx, 1027), uniform(rx, 1028), uniform({300}, 1029)}, {}, 2, 1e-4, 1e-5});
+  cases.push_back(OpCase{"RMSNormalizationGrad_axis1_broadcast_double", "RMSNormalizationGrad", kMirror, r1,
+                         {as_double(uniform(rx, 1030)), as_double(uniform(rx, 1031)), as_double(uniform({3, 1}, 1032))},
+                         {}, 2, 1e-10, 1e-12});
+
+  auto i32 = [](const std::vector<int32_t>& v, const Shape& s) { return Tensor::from_vector<int32_t>(v, s); };
+  auto i64 = [](const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector<int64_t>(v, s); };
+  // Element tuples with repeats and negative indices; row tuples (int32) with a repeat.
+  const Tensor elems = i64({0, 1, 2, -1, 0, 1, -3, 0, 1, 3, 0, 1}, {6, 2});
+  const Tensor rows = i32({2, 0, -1}, {3, 1});
+  for (const char* red : {"none", "add", "mul", "max", "min"}) {
+    AttributeMap a;
+    a.set("reduction", std::string(red));
+    cases.push_back(OpCase{std::string("ScatterND_elements_") + red, "ScatterND", "", a,
+                           {uniform({3, 4}, 1033), elems, uniform({6}, 1034)}, {}, 1, 0.0, 0.0});
+    cases.push_back(OpCase{std::string("ScatterND_rows_int32_") + red, "ScatterND", "", a,
+                           {uniform({3, 2, 300}, 1035), rows, uniform({3, 2, 300}, 1036)}, {false, true}, 1, 0.0, 0.0});
+  }
+  AttributeMap add;
+  add.set("reduction", std::string("add"));
+  cases.push_back(OpCase{"ScatterND_add_int64_data", "ScatterND", "", add,
+                         {i64({1, 2, 3, 4, 5, 6}, {2, 3}), i64({1, 1}, {2, 1}), i64({1, 1, 1, 10, 10, 10}, {2, 3})}, {}, 1,
+                         0.0, 0.0});
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
   for (const char* op : {"Abs", "Neg", "Relu", "Exp", "Tanh", "Sigmoid", "Erf", "Floor", "Ceil", "Round", "Sign",
@@ -874,6 +945,7 @@ std::vector<OpCase> all_cases() {
   }
 
   add_recurrent_cases(cases);
+  add_activation_norm_scatter_nd_cases(cases);
 
   // Dropout in inference (identity, all-true mask); training masks are random and checked by
   // statistics below. DropoutGrad is deterministic given the mask.
@@ -1119,6 +1191,8 @@ std::vector<OpCase> bad_index_cases() {
   add.set("reduction", std::string("add"));
   cases.push_back(OpCase{"ScatterElements_bad", "ScatterElements", "", add,
                          {uniform({3, 2}, 433), ints({0, 1, -4, 2}).reshaped({2, 2}), uniform({2, 2}, 434)}, {}, 1});
+  cases.push_back(OpCase{"ScatterND_bad", "ScatterND", "", add,
+                         {uniform({3, 2}, 439), ints({0, 1, -4, 1, 2, 0}).reshaped({3, 2}), uniform({3}, 440)}, {}, 1});
   // Several bad indices in different thread blocks: the error names the one the CPU meets first
   // (the smallest position), not whichever GPU thread got there first.
   {

@@ -33,7 +33,7 @@ void add_to(Tensor& t, int64_t i, double delta) {
 Model build_model(const GradCheck& c, const std::vector<Shape>& out_shapes,
                   const std::vector<DType>& out_dtypes, uint64_t seed) {
   Model m;
-  m.opsets = {{"", 17}, {"com.onnx-mirror", 1}};
+  m.opsets = {{"", c.opset}, {"com.onnx-mirror", 1}};
   Graph& g = m.graph;
   g.name = "grad_check_" + c.op;
   Node n;

@@ -22,6 +22,7 @@ struct GradCheck {
   int num_outputs = 1;
   std::vector<int> loss_outputs;     // outputs that feed the loss; empty = every float output
   double eps = 1e-3, rtol = 2e-2, atol = 2e-3;
+  int64_t opset = 17;                // of the default domain (Gelu needs 20, RMSNormalization 23)
 };
 
 void expect_gradients_match(const GradCheck& check, uint64_t seed);

@@ -18,7 +18,8 @@ const char* const kFoundationOps[] = {
       "Shape", "Cast", "Constant", "ConstantOfShape", "Identity", "Expand", "Tile", "Pad", "Range",
       "Where", "Equal", "Greater", "Less", "Not", "Max", "Min", "Sum", "Mean", "ReduceMean",
       "ReduceSum", "ReduceMax", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "GRU",
-      "LSTM"};
+      "LSTM", "Gelu", "Mish", "GroupNormalization", "RMSNormalization", "InstanceNormalization",
+      "ScatterND"};
 
 TEST(Registry, FoundationOpsHaveCpuKernels) {
   std::string missing;
