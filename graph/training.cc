@@ -207,6 +207,14 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
 
   // The loss.
   auto add = [&](Node n) { g.nodes.push_back(std::move(n)); };
+  const int64_t out_rank = out_copy.shape ? static_cast<int64_t>(out_copy.shape->size()) : 2;
+  int64_t class_axis = 1;
+  if (loss_takes_class_labels(spec.loss) && out_rank >= 2) {
+    class_axis = spec.class_axis < 0 ? spec.class_axis + out_rank : spec.class_axis;
+    OMT_CHECK(class_axis >= 1 && class_axis < out_rank, kInvalidArgument, "--class-axis ", spec.class_axis,
+              " is not an axis after the batch axis of output '", out, "' ", out_copy.shape_str(),
+              "; use -1 (the last, [B, T, C]) or 1 ([N, C, H, W])");
+  }
   tg.loss = names.fresh("loss");
   if (spec.loss != LossKind::kModel) {
     OMT_CHECK(!g.find_input(spec.labels) && !g.initializers.has(spec.labels), kInvalidArgument,
@@ -219,10 +227,21 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
     labels.dtype = class_labels ? DType::kInt64 : out_copy.dtype;
     if (out_copy.shape) {
       std::vector<Dim> dims = *out_copy.shape;
-      if (class_labels && dims.size() >= 2) dims.erase(dims.begin() + 1);
+      if (class_labels && dims.size() >= 2) dims.erase(dims.begin() + class_axis);
       labels.shape = dims;
     }
     g.inputs.push_back(labels);
+  }
+  // ONNX's class losses read the classes on axis 1: move them there when they are elsewhere.
+  if (loss_takes_class_labels(spec.loss) && class_axis != 1) {
+    std::vector<int64_t> perm{0, class_axis};
+    for (int64_t d = 1; d < out_rank; ++d)
+      if (d != class_axis) perm.push_back(d);
+    const std::string moved = names.fresh(out + "/classes_on_axis_1");
+    Node t = make_node(names, "Transpose", "omt/loss/Transpose", {out}, {moved});
+    t.attrs.set("perm", perm);
+    add(t);
+    out = moved;
   }
   switch (spec.loss) {
     case LossKind::kSoftmaxCrossEntropy: {

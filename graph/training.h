@@ -46,6 +46,10 @@ struct TrainingSpec {
   // as torch.nn.Module.train() (true, `--batchnorm batch`), or the running statistics kept
   // frozen and used as in inference (false, `--batchnorm running`).
   bool batchnorm_batch_statistics = true;
+  // Class-label losses: the axis of the output that holds the classes. -1 (the default) is
+  // the last, torch's convention for token logits [B, T, C] with labels [B, T]; for a
+  // rank-2 output [N, C] that is axis 1 either way. Pass 1 for [N, C, H, W] outputs.
+  int64_t class_axis = -1;
   OptimizerSpec optimizer;
 };
 

@@ -63,9 +63,7 @@ Tensor parse_npy(const std::string& bytes, const std::string& source) {
             "' is truncated (header)");
   const std::string header = bytes.substr(header_start, header_len);
   const std::string descr = header_field(header, "descr", source);
-  const std::string fortran = header_field(header, "fortran_order", source);
-  OMT_CHECK(fortran.find("False") != std::string::npos, kUnsupported, "'", source,
-            "' is stored in Fortran order; save it with numpy.ascontiguousarray first");
+  const bool fortran = header_field(header, "fortran_order", source).find("True") != std::string::npos;
   DType dtype = DType::kUndefined;
   for (const auto& t : kNpyTypes)
     if (descr == t.descr) dtype = t.dtype;
@@ -86,7 +84,27 @@ Tensor parse_npy(const std::string& bytes, const std::string& source) {
   OMT_CHECK(bytes.size() - data_start >= t.nbytes(), kInvalidArgument, "'", source,
             "' is truncated: shape ", shape_str(shape), " needs ", t.nbytes(), " bytes of ",
             dtype_name(dtype), " data, the file has ", bytes.size() - data_start);
-  if (t.nbytes()) std::memcpy(t.raw(), bytes.data() + data_start, t.nbytes());
+  const char* data = bytes.data() + data_start;
+  if (!fortran || shape.size() < 2) {
+    if (t.nbytes()) std::memcpy(t.raw(), data, t.nbytes());
+    return t;
+  }
+  // Fortran order (a transposed array saved as it is): the first index varies fastest.
+  // Copy element by element into C order, walking the C index like an odometer.
+  const size_t es = dtype_size(dtype), rank = shape.size();
+  std::vector<int64_t> fstride(rank, 1), idx(rank, 0);
+  for (size_t d = 1; d < rank; ++d) fstride[d] = fstride[d - 1] * shape[d - 1];
+  char* out = static_cast<char*>(t.raw());
+  int64_t src = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    std::memcpy(out + static_cast<size_t>(i) * es, data + static_cast<size_t>(src) * es, es);
+    for (size_t d = rank; d-- > 0;) {
+      src += fstride[d];
+      if (++idx[d] < shape[d]) break;
+      src -= fstride[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
   return t;
 }
 

@@ -42,6 +42,26 @@ TEST(Npy, ReadsArchivesWrittenByNumpy) {
   EXPECT_EQ(ref.at("logits").shape(), (Shape{64, 10}));
 }
 
+// numpy saves a transposed (Fortran-ordered) array as it lies in memory, first index
+// fastest: [[0, 1, 2], [3, 4, 5]] as 0 3 1 4 2 5.
+TEST(Npy, ReadsFortranOrderIntoCOrder) {
+  std::string header = "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string bytes = "\x93NUMPY";
+  bytes += '\x01';
+  bytes += '\x00';
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  for (int32_t v : {0, 3, 1, 4, 2, 5}) bytes.append(reinterpret_cast<const char*>(&v), 4);
+  test::TempDir dir;
+  write_file_atomic(dir.file("f.npy"), bytes);
+  const Tensor t = read_npy(dir.file("f.npy"));
+  ASSERT_EQ(t.shape(), (Shape{2, 3}));
+  for (int32_t i = 0; i < 6; ++i) EXPECT_EQ(t.data<int32_t>()[i], i);
+}
+
 TEST(Npy, CorruptFilesAreClearErrors) {
   test::TempDir dir;
   write_file_atomic(dir.file("bad.npz"), "PK\x03\x04 garbage");
