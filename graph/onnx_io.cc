@@ -318,6 +318,32 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
   if (opset < 14) bn_training = strip_bn_saved_outputs(proto.mutable_graph(), source);
 
   if (options.convert_opset && opset != kCanonicalOpset) {
+    if (opset > kCanonicalOpset) {
+      // Ops whose version in the file is newer than the canonical opset have no way down
+      // unless ONNX has an adapter; name them all, with their nodes, before trying.
+      std::map<std::string, std::vector<std::string>> newer;  // "Op (opset N)" -> nodes
+      int index = 0;
+      for (const auto& n : proto.graph().node()) {
+        const std::string node_name = n.name().empty() ? str_cat(n.op_type(), "_", index) : n.name();
+        ++index;
+        if (!is_default_domain(n.domain())) continue;
+        const auto* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset));
+        const auto* canonical = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(kCanonicalOpset));
+        if (schema != nullptr && schema->since_version() > kCanonicalOpset && canonical == nullptr)
+          newer[str_cat(n.op_type(), " (since opset ", schema->since_version(), ")")].push_back(node_name);
+      }
+      if (!newer.empty()) {
+        std::string list;
+        for (const auto& [op, nodes] : newer) {
+          list += str_cat("\n  ", op, ": node");
+          for (size_t i = 0; i < nodes.size() && i < 5; ++i) list += str_cat(i ? ", '" : " '", nodes[i], "'");
+          if (nodes.size() > 5) list += str_cat(" and ", nodes.size() - 5, " more");
+        }
+        OMT_FAIL(kUnsupported, "'", source, "' uses opset ", opset, "; onnx-mirror runs opset ",
+                 kCanonicalOpset, " and these ops do not exist there:", list,
+                 "\nExport with opset_version=", kCanonicalOpset, " so the exporter writes them with older ops.");
+      }
+    }
     try {
       proto = onnx::version_conversion::ConvertVersion(proto, static_cast<int>(kCanonicalOpset));
     } catch (const std::exception& e) {

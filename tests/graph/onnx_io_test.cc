@@ -47,6 +47,63 @@ TEST(OnnxImport, RewritesFiveOutputTrainingBatchNorm) {
   EXPECT_EQ(bn, 1);
 }
 
+// A file newer than the linked ONNX names both versions and the fix. The bytes are patched:
+// ModelProto field 1 (ir_version) comes first, and the default opset is the varint field 2
+// of the OperatorSetIdProto whose domain (field 1) is empty.
+TEST(OnnxImport, FilesNewerThanTheLibraryNameBothVersions) {
+  test::TempDir dir;
+  std::string bytes = serialize_onnx(load_onnx(source_path("models/mlp.onnx")));
+  ASSERT_EQ(bytes[0], '\x08');
+  ASSERT_EQ(bytes[1], static_cast<char>(kWrittenIrVersion));
+  std::string newer_ir = bytes;
+  newer_ir[1] = static_cast<char>(onnx_library_max_ir_version() + 1);
+  write_file_atomic(dir.file("ir.onnx"), newer_ir);
+  const std::string opset_entry = std::string("\x42\x04\x0a\x00\x10", 5) + static_cast<char>(kCanonicalOpset);
+  const size_t at = bytes.find(opset_entry);
+  ASSERT_NE(at, std::string::npos);
+  std::string newer_opset = bytes;
+  newer_opset[at + 5] = static_cast<char>(onnx_library_max_opset() + 1);
+  write_file_atomic(dir.file("opset.onnx"), newer_opset);
+  for (const char* name : {"ir.onnx", "opset.onnx"}) {
+    try {
+      load_onnx(dir.file(name));
+      FAIL() << name << " imported";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kModel) << msg;
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+      EXPECT_NE(msg.find("ONNX " + onnx_library_version()), std::string::npos) << msg;
+      EXPECT_NE(msg.find("opset_version=23"), std::string::npos) << msg;
+    }
+  }
+}
+
+// Today's exporters: opset 20 with IR 10 (dynamo) and 17 with IR 8 (legacy) import; the
+// written file is opset 23 with IR 11 and passes ONNX 1.20's checker on the way out.
+TEST(OnnxImport, ReadsTheDynamoExportersFiles) {
+  const Model m = load_onnx(source_path("tests/data/modern/bert_dynamo.onnx"));
+  EXPECT_EQ(m.original_opset, 20);
+  EXPECT_EQ(m.ir_version, 10);
+  EXPECT_EQ(m.opset(), kCanonicalOpset);
+  ASSERT_EQ(m.graph.inputs.size(), 3u);
+  EXPECT_EQ(m.graph.inputs[2].name, "token_type_ids");
+  const std::string bytes = serialize_onnx(m);
+  EXPECT_EQ(bytes[1], static_cast<char>(kWrittenIrVersion));
+}
+
+// An op newer than the canonical opset (Swish, opset 24) is named with its opset and node.
+TEST(OnnxImport, OpsNewerThanTheCanonicalOpsetAreNamedWithTheirNodes) {
+  const std::string path = std::string(OMT_ONNX_TEST_DATA) + "/node/test_swish/model.onnx";
+  try {
+    load_onnx(path);
+    FAIL() << "imported";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << msg;
+    EXPECT_NE(msg.find("Swish (since opset 24): node 'Swish_0'"), std::string::npos) << msg;
+  }
+}
+
 TEST(OnnxImport, MissingFileIsAnIoErrorNamingThePath) {
   try {
     load_onnx("/nonexistent/model.onnx");
