@@ -9,6 +9,7 @@
 #include "api/internal.h"
 #include "graph/export_habits.h"
 #include "graph/onnx_io.h"
+#include "graph/training.h"
 #include "runtime/data/dataset.h"
 #include "runtime/fit.h"
 #include "runtime/metrics.h"
@@ -102,6 +103,11 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   // several need a shared dimension 0 to cut. Messages as omt::Predictor's.
   int64_t batch = -1;
   if (replicas > 1) {
+    if (const omt::Node* bn = omt::batch_statistics_node(model->graph))
+      OMT_FAIL(kInvalidArgument, bn->where(), " normalises with batch statistics (training_mode=1, as "
+               "torch's train() exports write it), so its outputs depend on how the batch is cut across "
+               "replicas. Use --replicas 1, or export the model in eval() mode; models onnx-mirror "
+               "trains are written in inference mode.");
     for (const auto& name : inputs.names()) {
       const omt::Tensor& t = inputs.at(name);
       OMT_CHECK(t.rank() >= 1, kInvalidArgument, "input '", name,

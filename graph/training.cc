@@ -101,6 +101,33 @@ Node make_node(NameSource& names, const std::string& op, const std::string& base
 
 }  // namespace
 
+void make_inference_mode(Graph& g) {
+  std::set<std::string> read;
+  for (const auto& n : g.nodes)
+    for (const auto& i : n.inputs) read.insert(i);
+  for (const auto& o : g.outputs) read.insert(o.name);
+  for (auto& n : g.nodes) {
+    if (!n.domain.empty()) continue;
+    if (n.op_type == "BatchNormalization" && n.attrs.get_int("training_mode", 0) != 0) {
+      bool extra_read = false;
+      for (size_t i = 1; i < n.outputs.size(); ++i) extra_read |= !n.outputs[i].empty() && read.count(n.outputs[i]);
+      if (extra_read) continue;
+      n.attrs.set("training_mode", int64_t{0});
+      n.outputs.resize(1);
+    } else if (n.op_type == "Dropout" && n.inputs.size() >= 3 && !n.inputs[2].empty()) {
+      if (n.outputs.size() > 1 && !n.outputs[1].empty() && read.count(n.outputs[1])) continue;
+      n.inputs.resize(2);  // training_mode absent: false
+      n.outputs.resize(1);
+    }
+  }
+}
+
+const Node* batch_statistics_node(const Graph& g) {
+  for (const auto& n : g.nodes)
+    if (n.domain.empty() && n.op_type == "BatchNormalization" && n.attrs.get_int("training_mode", 0) != 0) return &n;
+  return nullptr;
+}
+
 std::vector<std::string> select_parameters(const Graph& g, const TrainingSpec& spec,
                                            std::vector<std::string>* frozen) {
   std::regex train, freeze;

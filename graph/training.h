@@ -92,6 +92,18 @@ struct TrainingGraph {
 // (ops without gradient rules on the path, listed all at once).
 TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec);
 
+// Note [Trained models are inference models]: a model exported in torch's train() mode
+// keeps BatchNormalization with training_mode=1 (batch statistics even in inference) and
+// Dropout with a true training_mode input. The model a training run writes is for
+// inference, like torch's model.eval(): BatchNormalization normalises with the running
+// statistics and Dropout passes its input through. Outputs other nodes or the graph read
+// keep their node as it is.
+void make_inference_mode(Graph& graph);
+
+// The first node that normalises with batch statistics in inference
+// (BatchNormalization training_mode=1), or nullptr: its output depends on how a batch is cut.
+const Node* batch_statistics_node(const Graph& graph);
+
 // A graph value typed like `t` (its dtype and fixed shape), named `name`.
 ValueInfo tensor_info(const std::string& name, const Tensor& t);
 

@@ -940,6 +940,7 @@ Model MirroredTrainer::trained_model() const {
   auto host = [&](const Tensor& t) { return m.on_device ? m.host_copy(0, t) : t.clone(); };
   for (const auto& p : m.tg.params) out.graph.initializers.at(p.name) = host(m.reps[0].params.at(p.name));
   for (const auto& s : m.plan.batchnorm_states) out.graph.initializers.at(s) = host(m.reps[0].state.at(s));
+  make_inference_mode(out.graph);  // Note [Trained models are inference models]
   return out;
 }
 

@@ -119,6 +119,7 @@ Model Trainer::trained_model() const {
   for (const auto& s : update_graph_->states)
     if (s.kind == "running_mean" || s.kind == "running_var")
       m.graph.initializers.at(s.name) = backend().to_host(state_.at(s.name));
+  make_inference_mode(m.graph);  // Note [Trained models are inference models]
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -156,6 +157,34 @@ TEST_P(ModernExport, ThreeSgdStepsMatchTorch) {
     ++compared;
   }
   EXPECT_GT(compared, 0);
+}
+
+// Note [Trained models are inference models]: a file exported in torch's train() mode keeps
+// training-mode BatchNormalization; what onnx-mirror writes after training normalises with
+// the running statistics, so each sample's output is independent of the rest of the batch.
+TEST(ModernExportTrainMode, TrainedModelIsAnInferenceModel) {
+  const std::string dir = test::source_path("tests/data/modern/");
+  const NamedTensors ref = read_npz(dir + "resnet_ref.npz");
+  auto model = std::make_shared<const Model>(load_onnx(dir + "resnet_legacy_train.onnx"));
+  ASSERT_NE(batch_statistics_node(model->graph), nullptr);
+  TrainingSpec spec;
+  Trainer trainer(model, spec);
+  NamedTensors feeds;
+  feeds.set("input", ref.at("input"));
+  trainer.step(feeds, ref.at("labels"), 0.1f);
+  auto trained = std::make_shared<const Model>(trainer.trained_model());
+  EXPECT_EQ(batch_statistics_node(trained->graph), nullptr);
+  Session session(trained);
+  const Tensor all = session.run(feeds).at("logits").clone();
+  NamedTensors first;
+  const Tensor& x = ref.at("input");
+  Shape one_row = x.shape();
+  one_row[0] = 1;
+  Tensor row = Tensor::empty(x.dtype(), one_row);
+  std::memcpy(row.raw(), x.raw(), row.nbytes());
+  first.set("input", row);
+  const Tensor one = session.run(first).at("logits");
+  for (int64_t j = 0; j < one.numel(); ++j) EXPECT_FLOAT_EQ(one.data<float>()[j], all.data<float>()[j]);
 }
 
 INSTANTIATE_TEST_SUITE_P(
