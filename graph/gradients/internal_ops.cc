@@ -50,6 +50,7 @@ OMT_INTERNAL_NO_GRADIENT("SliceGrad");
 OMT_INTERNAL_NO_GRADIENT("GatherGrad");
 OMT_INTERNAL_NO_GRADIENT("PadGrad");
 OMT_INTERNAL_NO_GRADIENT("AttentionGrad");
+OMT_INTERNAL_NO_GRADIENT("ResizeGrad");
 
 // ONNX's own training-domain optimizer ops update parameters; nothing differentiates them.
 static GradientRegistrar omt_preview_momentum("ai.onnx.preview.training", "Momentum", kWhy);
