@@ -77,9 +77,9 @@ void batched_gemm(int64_t nb, int64_t m, int64_t n, int64_t k, const T* a, const
   }
 }
 
-// The product of a and b summed over the labels neither `keep` nor ... needs: labels in both
-// and kept are the batch, kept labels of one side are m or n, shared dropped ones are k, and
-// dropped labels of one side are summed by the gather. Result is contiguous [batch, m, n].
+// The product of a and b summed over the labels not in `keep`: shared kept labels are the
+// batch, kept labels of one side are m or n, shared dropped ones are k, and dropped labels of
+// one side are summed by the gather. The result is contiguous [batch, m, n].
 template <class T>
 Operand<T> contract(const Operand<T>& a, const Operand<T>& b, const std::vector<bool>& keep,
                     const std::vector<int64_t>& sizes, std::vector<std::vector<T>>& storage) {
