@@ -94,4 +94,55 @@ EinsumPlan make_einsum_plan(const EinsumEquation& eq, const std::vector<Shape>& 
   return p;
 }
 
+std::vector<bool> einsum_keep(const EinsumPlan& p, size_t i) {
+  std::vector<bool> keep(static_cast<size_t>(p.num_labels), false);
+  for (int l : p.out_labels) keep[l] = true;
+  for (size_t j = i + 1; j < p.has.size(); ++j)
+    for (int l = 0; l < p.num_labels; ++l)
+      if (p.has[j][l]) keep[l] = true;
+  return keep;
+}
+
+namespace {
+std::vector<int> cat(std::vector<int> x, const std::vector<int>& y, const std::vector<int>& z) {
+  x.insert(x.end(), y.begin(), y.end());
+  x.insert(x.end(), z.begin(), z.end());
+  return x;
+}
+}  // namespace
+
+std::vector<int> EinsumPair::a_dims() const { return cat(batch, m, k); }
+std::vector<int> EinsumPair::b_dims() const { return cat(batch, k, n); }
+std::vector<int> EinsumPair::c_dims() const { return cat(batch, m, n); }
+
+EinsumPair einsum_pair(const std::vector<bool>& has_a, const std::vector<bool>& has_b,
+                       const std::vector<bool>& keep, const std::vector<int64_t>& sizes) {
+  EinsumPair e;
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    const int li = static_cast<int>(l);
+    if (has_a[l] && has_b[l]) {
+      (keep[l] ? e.batch : e.k).push_back(li);
+      (keep[l] ? e.nb : e.nk) *= sizes[l];
+    } else if (has_a[l]) {
+      (keep[l] ? e.m : e.ra).push_back(li);
+      if (keep[l]) e.nm *= sizes[l];
+    } else if (has_b[l]) {
+      (keep[l] ? e.n : e.rb).push_back(li);
+      if (keep[l]) e.nn *= sizes[l];
+    }
+  }
+  return e;
+}
+
+std::vector<int64_t> einsum_contiguous_strides(const std::vector<int>& dims,
+                                               const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> st(sizes.size(), 0);
+  int64_t stride = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    st[dims[d]] = sizes[dims[d]] == 1 ? 0 : stride;
+    stride *= sizes[dims[d]];
+  }
+  return st;
+}
+
 }  // namespace omt

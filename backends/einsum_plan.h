@@ -27,4 +27,26 @@ struct EinsumPlan {
 EinsumPlan make_einsum_plan(const EinsumEquation& eq, const std::vector<Shape>& shapes,
                             const std::string& where);
 
+// Operands are contracted pairwise left to right. The labels still needed after folding
+// operand i (> 0) into the product of those before it: the output's and any later operand's.
+std::vector<bool> einsum_keep(const EinsumPlan& p, size_t i);
+
+// One pairwise contraction C = A x B as a batched GEMM: labels both have and C keeps are the
+// batch, labels one side has and C keeps are m (A) or n (B), labels both have and C drops
+// are k, labels one side has and C drops (ra, rb) are summed while gathering that side.
+struct EinsumPair {
+  std::vector<int> batch, m, n, k, ra, rb;
+  int64_t nb = 1, nm = 1, nn = 1, nk = 1;  // products of the sizes
+  std::vector<int> a_dims() const;          // A gathered as [batch, m, k]
+  std::vector<int> b_dims() const;          // B gathered as [batch, k, n]
+  std::vector<int> c_dims() const;          // C is [batch, m, n]
+};
+EinsumPair einsum_pair(const std::vector<bool>& has_a, const std::vector<bool>& has_b,
+                       const std::vector<bool>& keep, const std::vector<int64_t>& sizes);
+
+// Per-label element strides of a contiguous tensor over `dims` (0 for other labels and for
+// size-1 ones).
+std::vector<int64_t> einsum_contiguous_strides(const std::vector<int>& dims,
+                                               const std::vector<int64_t>& sizes);
+
 }  // namespace omt

@@ -77,47 +77,23 @@ void batched_gemm(int64_t nb, int64_t m, int64_t n, int64_t k, const T* a, const
   }
 }
 
-// The product of a and b summed over the labels not in `keep`: shared kept labels are the
-// batch, kept labels of one side are m or n, shared dropped ones are k, and dropped labels of
-// one side are summed by the gather. The result is contiguous [batch, m, n].
+// The product of a and b summed over the labels not in `keep` (einsum_pair), contiguous
+// [batch, m, n] in a buffer appended to `storage`.
 template <class T>
 Operand<T> contract(const Operand<T>& a, const Operand<T>& b, const std::vector<bool>& keep,
                     const std::vector<int64_t>& sizes, std::vector<std::vector<T>>& storage) {
-  std::vector<int> batch, m, n, k, ra, rb;
-  for (size_t l = 0; l < sizes.size(); ++l) {
-    const int li = static_cast<int>(l);
-    if (a.has[l] && b.has[l]) (keep[l] ? batch : k).push_back(li);
-    else if (a.has[l]) (keep[l] ? m : ra).push_back(li);
-    else if (b.has[l]) (keep[l] ? n : rb).push_back(li);
-  }
-  auto prod = [&](const std::vector<int>& ls) {
-    int64_t p = 1;
-    for (int l : ls) p *= sizes[l];
-    return p;
-  };
-  const int64_t nb = prod(batch), nm = prod(m), nn = prod(n), nk = prod(k);
-  auto cat = [](std::vector<int> x, const std::vector<int>& y, const std::vector<int>& z) {
-    x.insert(x.end(), y.begin(), y.end());
-    x.insert(x.end(), z.begin(), z.end());
-    return x;
-  };
-  std::vector<T> ga(static_cast<size_t>(nb * nm * nk)), gb(static_cast<size_t>(nb * nk * nn));
-  gather_sum(a, cat(batch, m, k), ra, sizes, ga.data());
-  gather_sum(b, cat(batch, k, n), rb, sizes, gb.data());
-  storage.emplace_back(static_cast<size_t>(nb * nm * nn));
+  const EinsumPair e = einsum_pair(a.has, b.has, keep, sizes);
+  std::vector<T> ga(static_cast<size_t>(e.nb * e.nm * e.nk)), gb(static_cast<size_t>(e.nb * e.nk * e.nn));
+  gather_sum(a, e.a_dims(), e.ra, sizes, ga.data());
+  gather_sum(b, e.b_dims(), e.rb, sizes, gb.data());
+  storage.emplace_back(static_cast<size_t>(e.nb * e.nm * e.nn));
   T* c = storage.back().data();
-  batched_gemm(nb, nm, nn, nk, ga.data(), gb.data(), c);
+  batched_gemm(e.nb, e.nm, e.nn, e.nk, ga.data(), gb.data(), c);
   Operand<T> out;
   out.data = c;
-  out.stride.assign(sizes.size(), 0);
+  out.stride = einsum_contiguous_strides(e.c_dims(), sizes);
   out.has.assign(sizes.size(), false);
-  const std::vector<int> dims = cat(batch, m, n);
-  int64_t stride = 1;
-  for (size_t d = dims.size(); d-- > 0;) {
-    out.stride[dims[d]] = sizes[dims[d]] == 1 ? 0 : stride;
-    out.has[dims[d]] = true;
-    stride *= sizes[dims[d]];
-  }
+  for (int l : e.c_dims()) out.has[l] = true;
   return out;
 }
 
@@ -130,13 +106,7 @@ void run_einsum(const EinsumPlan& p, const std::vector<const Tensor*>& xs, Tenso
   for (int l : p.out_labels) in_out[l] = true;
   std::vector<std::vector<T>> storage;
   Operand<T> cur = ops[0];
-  for (size_t i = 1; i < nops; ++i) {
-    std::vector<bool> keep = in_out;
-    for (size_t j = i + 1; j < nops; ++j)
-      for (int l = 0; l < p.num_labels; ++l)
-        if (ops[j].has[l]) keep[l] = true;
-    cur = contract(cur, ops[i], keep, p.sizes, storage);
-  }
+  for (size_t i = 1; i < nops; ++i) cur = contract(cur, ops[i], einsum_keep(p, i), p.sizes, storage);
   std::vector<int> sums;
   for (int l = 0; l < p.num_labels; ++l)
     if (cur.has[l] && !in_out[l]) sums.push_back(l);
