@@ -54,12 +54,7 @@ void concat_seq(const T* past, const T* cur, T* out, int64_t B, int64_t H, int64
   }
 }
 
-// Q, K, V as contiguous 4-D [B, H, S, D] with the cache in front of K and V.
-template <class T>
-struct Heads {
-  Tensor q, k, v;  // q [B, Hq, Sq, D], k [B, Hkv, Stot, D], v [B, Hkv, Stot, Dv]
-};
-
+// x as contiguous 4-D [B, H, S, D]: itself, or a copy of 3-D [B, S, H * D].
 template <class T>
 Tensor to4d(const Tensor& x, const AttentionDims& d, int64_t H, int64_t S, int64_t D) {
   if (!d.is3d) return x;

@@ -5,10 +5,10 @@
 // [B, Hq, Sq, D], so its rows [g * Sq, D] meet one K head, and dV / dK sum over the group
 // inside the GEMM. Masking, causality, softcap, softmax and its backward are one thread per
 // score row. float16/bfloat16 are refused (use --device cpu).
-#include <climits>
 #include <limits>
 
 #include "backends/attention_attrs.h"
+#include "backends/cuda/cublas_gemm.h"
 #include "backends/cuda/cuda_kernels.cuh"
 
 namespace omt::cuda {
@@ -117,41 +117,13 @@ __global__ void softmax_back_kernel(const T* __restrict__ p, T* __restrict__ dp,
 
 // ================================== launchers ==================================
 
-int to_int(int64_t v, const std::string& where) {
-  OMT_CHECK(v >= 0 && v <= INT_MAX, kUnsupported, where, ": an Attention GEMM dimension of ", v,
-            " exceeds cuBLAS's 32-bit limit; use --device cpu");
-  return static_cast<int>(v);
-}
-
-// C[b] = alpha op(A[b]) op(B[b]) for b < batch, row-major (ta: A stored [k, m]; tb: B stored
-// [n, k]), as the column-major transposed product.
-template <class T>
-void gemm_batched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-                  int64_t sa, const T* b, int64_t sb, T* c, int64_t sc, int64_t batch, const std::string& where) {
-  const int M = to_int(m, where), N = to_int(n, where), K = to_int(k, where), count = to_int(batch, where);
-  const int lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
-  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const T beta = T(0);
-  if constexpr (std::is_same_v<T, float>)
-    OMT_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, N, M, K, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc,
-                                               count));
-  else
-    OMT_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opb, opa, N, M, K, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc, sc,
-                                               count));
-}
-
 void check_dtype(DType d, const std::string& where) {
   OMT_CHECK(d == DType::kFloat32 || d == DType::kFloat64, kUnsupported, where,
             ": the CUDA backend runs Attention in float32 and float64 only, got ", dtype_name(d),
             "; use --device cpu for this model");
 }
 
-// Q, K and V as 4-D contiguous tensors, K and V with the cache in front.
-template <class T>
-struct Heads {
-  Tensor q, k, v;
-};
-
+// x as contiguous 4-D [B, H, S, D]: itself, or a copy of 3-D [B, S, H * D].
 template <class T>
 Tensor to4d(CudaContext& cu, const Tensor& x, const AttentionDims& d, int64_t H, int64_t S, int64_t D) {
   if (!d.is3d) return x;
@@ -188,7 +160,7 @@ Tensor probabilities(CudaContext& cu, const AttentionDims& d, const AttentionAtt
                      const Tensor& kc, const Tensor* mask, Tensor* qk, const std::string& where) {
   Tensor p = cu.allocate(q4.dtype(), d.probs());
   const int64_t rows = d.group * d.Sq;
-  gemm_batched<T>(cu.cublas(), false, true, rows, d.Stot, d.D, static_cast<T>(d.scale), q4.data<T>(), rows * d.D,
+  gemm_batched_rm<T>(cu.cublas(), false, true, rows, d.Stot, d.D, static_cast<T>(d.scale), q4.data<T>(), rows * d.D,
                   kc.data<T>(), d.Stot * d.D, p.data<T>(), rows * d.Stot, d.B * d.Hkv, where);
   probs_kernel<T><<<blocks_for(d.B * d.Hq * d.Sq), kThreads, 0, cu.stream()>>>(
       p.data<T>(), qk ? qk->data<T>() : nullptr, mask && !d.mask_bool ? mask->data<T>() : nullptr,
@@ -237,7 +209,7 @@ class AttentionKernel final : public CudaKernel {
     const Tensor p = probabilities<T>(cu_, d, a_, q4, kc, mask, oq, where());
     const int64_t rows = d.group * d.Sq;
     Tensor y4 = d.is3d ? cu_.allocate(q.dtype(), {d.B, d.Hq, d.Sq, d.Dv}) : y;
-    gemm_batched<T>(cu_.cublas(), false, false, rows, d.Dv, d.Stot, T(1), p.data<T>(), rows * d.Stot, vc.data<T>(),
+    gemm_batched_rm<T>(cu_.cublas(), false, false, rows, d.Dv, d.Stot, T(1), p.data<T>(), rows * d.Stot, vc.data<T>(),
                     d.Stot * d.Dv, y4.data<T>(), rows * d.Dv, d.B * d.Hkv, where());
     if (d.is3d) take_seq<T>(cu_, y4, d.Hq, 0, d.Sq, d.Dv, true, y, d);
   }
@@ -284,17 +256,17 @@ class AttentionGradKernel final : public CudaKernel {
     Tensor dkc = cu_.allocate(q.dtype(), d.kv4(n, d.D)), dvc = cu_.allocate(q.dtype(), d.kv4(n, d.Dv));
     Tensor dq4 = d.is3d ? cu_.allocate(q.dtype(), d.q4()) : dq;
     // dP = dY V^T; dV = P^T dY; dS = P * (dP - rowsum(dP * P)); dQ = scale dS K; dK = scale dS^T Q.
-    gemm_batched<T>(h, false, true, rows, n, d.Dv, T(1), dy4.data<T>(), rows * d.Dv, vc.data<T>(), n * d.Dv,
+    gemm_batched_rm<T>(h, false, true, rows, n, d.Dv, T(1), dy4.data<T>(), rows * d.Dv, vc.data<T>(), n * d.Dv,
                     ds.data<T>(), rows * n, groups, where());
-    gemm_batched<T>(h, true, false, n, d.Dv, rows, T(1), p.data<T>(), rows * n, dy4.data<T>(), rows * d.Dv,
+    gemm_batched_rm<T>(h, true, false, n, d.Dv, rows, T(1), p.data<T>(), rows * n, dy4.data<T>(), rows * d.Dv,
                     dvc.data<T>(), n * d.Dv, groups, where());
     softmax_back_kernel<T><<<blocks_for(groups * rows), kThreads, 0, stream()>>>(p.data<T>(), ds.data<T>(),
                                                                                   groups * rows, n);
     OMT_CUDA_CHECK_LAUNCH();
     const T scale = static_cast<T>(d.scale);
-    gemm_batched<T>(h, false, false, rows, d.D, n, scale, ds.data<T>(), rows * n, kc.data<T>(), n * d.D,
+    gemm_batched_rm<T>(h, false, false, rows, d.D, n, scale, ds.data<T>(), rows * n, kc.data<T>(), n * d.D,
                     dq4.data<T>(), rows * d.D, groups, where());
-    gemm_batched<T>(h, true, false, n, d.D, rows, scale, ds.data<T>(), rows * n, q4.data<T>(), rows * d.D,
+    gemm_batched_rm<T>(h, true, false, n, d.D, rows, scale, ds.data<T>(), rows * n, q4.data<T>(), rows * d.D,
                     dkc.data<T>(), n * d.D, groups, where());
     if (d.is3d) take_seq<T>(cu_, dq4, d.Hq, 0, d.Sq, d.D, true, dq, d);
     take_seq<T>(cu_, dkc, d.Hkv, d.Spast, d.Skv, d.D, d.is3d, dk, d);
