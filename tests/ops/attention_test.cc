@@ -202,6 +202,96 @@ TEST(AttentionGrad, QKVByFiniteDifferences) {
   }
 }
 
+
+// A one-node graph of `op` on the CPU; returns its outputs y0, y1, ...
+std::vector<Tensor> run_one(const std::string& op, const std::string& domain, const AttributeMap& a,
+                            const std::vector<Tensor>& in, int num_outputs) {
+  auto m = std::make_shared<Model>();
+  m->opsets = {{"", 23}, {"com.onnx-mirror", 1}};
+  Node n;
+  n.name = "node";
+  n.op_type = op;
+  n.domain = domain;
+  n.attrs = a;
+  NamedTensors feeds;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].defined()) {
+      n.inputs.push_back("");
+      continue;
+    }
+    const std::string name = "x" + std::to_string(i);
+    n.inputs.push_back(name);
+    ValueInfo v;
+    v.name = name;
+    v.dtype = in[i].dtype();
+    std::vector<Dim> dims;
+    for (int64_t d : in[i].shape()) dims.push_back(Dim{d, ""});
+    v.shape = dims;
+    m->graph.inputs.push_back(v);
+    feeds.set(name, in[i]);
+  }
+  for (int k = 0; k < num_outputs; ++k) {
+    n.outputs.push_back("y" + std::to_string(k));
+    ValueInfo y;
+    y.name = n.outputs.back();
+    y.dtype = in[0].dtype();
+    m->graph.outputs.push_back(y);
+  }
+  m->graph.nodes.push_back(n);
+  Session s(m);
+  const NamedTensors out = s.run(feeds);
+  std::vector<Tensor> ys;
+  for (int k = 0; k < num_outputs; ++k) ys.push_back(out.at("y" + std::to_string(k)));
+  return ys;
+}
+
+// float64 [shape] with element i = f(i + 1).
+template <class F>
+Tensor pattern(const Shape& shape, F f) {
+  Tensor t = Tensor::empty(DType::kFloat64, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = f(static_cast<double>(i + 1));
+  return t;
+}
+
+Tensor values_of(const std::vector<double>& v, const Shape& shape) { return Tensor::from_vector<double>(v, shape); }
+
+// PyTorch 2.15's scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) in
+// float64 (tests/reference/make_op_reference.py), B 1, Hq 4, Hkv 2, Sq 3, Skv 4, D 2, Dv 3: q[i] = sin(0.7 i), k[i] = cos(0.3 i),
+// v[i] = sin(0.5 i + 1), dY[i] = cos(0.9 i) (i from 1), and the gradients of sum(Y * dY).
+const std::vector<double> kTorchSdpaY = {0.997494986604, 0.909297426826, 0.598472144104, 0.63585375109,
+    0.377174074132, 0.0261490294203, -0.233547433801, -0.389879584923, -0.45075561613, 0.997494986604,
+    0.909297426826, 0.598472144104, 0.616017808257, 0.347987224383, -0.00524276849943, 0.426253448945,
+    0.22593859918, -0.0296938995493, 0.937999976775, 0.989358246623, 0.798487112623, 0.676725060365,
+    0.460475598382, 0.131485650268, 0.182432835854, -0.00836639990738, -0.197117249183, 0.937999976775,
+    0.989358246623, 0.798487112623, 0.678989511059, 0.465059385821, 0.137266503422, 0.271650354009,
+    0.0828305852924, -0.126268999522};
+const std::vector<double> kTorchSdpaDq = {0, 0, -0.00998254769824, -0.0138487602458, 0.283933240987,
+    0.331240900037, 0, 0, 0.152741356448, 0.211897652685, -0.287315950028, -0.360286731737, 0, 0,
+    -0.0181236459876, 0.0202588361213, 0.0337270147036, 0.0604061336029, 0, 0, -0.0236509778358,
+    0.0264373561706, -0.0689987903237, -0.218090548625};
+const std::vector<double> kTorchSdpaDk = {-0.601868827039, -0.361126867829, 0.259312821157, -0.138964342778,
+    0.342556005881, 0.500091210607, 0, 0, -0.216556074379, -0.315862281922, 0.141932795125, -0.0637919618995,
+    0.0746232792538, 0.379654243821, 0, 0};
+const std::vector<double> kTorchSdpaDv = {-0.379244388165, -1.04513373347, -0.920086705632, 0.126507611239,
+    0.246582673335, 0.180048884257, 0.454095685802, 0.161217133001, -0.253667331943, 0, 0, 0, 0.604094130574,
+    0.970301733111, 0.60220432849, -0.226278597614, -0.258265734208, -0.0948025120787, -0.0954260117737,
+    0.210062273316, 0.356579617875, 0, 0, 0};
+
+TEST(Attention, MatchesTorchSdpaAndItsBackward) {
+  const Tensor q = pattern({1, 4, 3, 2}, [](double i) { return std::sin(0.7 * i); });
+  const Tensor k = pattern({1, 2, 4, 2}, [](double i) { return std::cos(0.3 * i); });
+  const Tensor v = pattern({1, 2, 4, 3}, [](double i) { return std::sin(0.5 * i + 1); });
+  const Tensor dy = pattern({1, 4, 3, 3}, [](double i) { return std::cos(0.9 * i); });
+  AttributeMap a;
+  a.set("is_causal", int64_t{1});
+  EXPECT_TRUE(tensors_close(run_one("Attention", "", a, {q, k, v}, 1)[0], values_of(kTorchSdpaY, dy.shape()), 1e-10,
+                            1e-11));
+  const auto d = run_one("AttentionGrad", "com.onnx-mirror", a, {dy, q, k, v}, 3);
+  EXPECT_TRUE(tensors_close(d[0], values_of(kTorchSdpaDq, q.shape()), 1e-10, 1e-11)) << "dQ";
+  EXPECT_TRUE(tensors_close(d[1], values_of(kTorchSdpaDk, k.shape()), 1e-10, 1e-11)) << "dK";
+  EXPECT_TRUE(tensors_close(d[2], values_of(kTorchSdpaDv, v.shape()), 1e-10, 1e-11)) << "dV";
+}
+
 TEST(AttentionGrad, SoftcapIsRefusedByName) {
   Spec s;
   GradCheck g;
