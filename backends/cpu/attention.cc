@@ -6,12 +6,15 @@
 // Scores: scale * Q K^T (mode-0 qk_matmul_output), + attn_mask (float added, bool false ->
 // -inf, columns past a short mask -inf) and the causal mask (key j > query i + past -inf)
 // (mode 1), softcap c * tanh(s / c) (mode 2), softmax (mode 3); Y = P V. As in ONNX's
-// reference and torch, a row with every key masked gives NaN.
+// reference and torch, a row with every key masked gives NaN. softmax_precision is not read:
+// float32 and float64 compute in their own precision, float16/bfloat16 in float32.
 //
-// AttentionGrad(dY, Q, K, V, attn_mask?, past_key?, past_value?) -> dQ, dK, dV recomputes P
-// (no [B, H, Sq, Stot] tensor lives from forward to backward); dK and dV are the gradients of
-// the new keys and values only (the cache is not differentiated). softcap is refused by the
-// gradient rule (graph/gradients/attention.cc).
+// AttentionGrad(dY, Q, K, V, attn_mask?, past_key?, past_value?) -> dQ, dK, dV, [d attn_mask,
+// [d past_key, d past_value]] recomputes P (no [B, H, Sq, Stot] tensor lives from forward to
+// backward); dK and dV are the gradients of the new keys and values, the optional outputs
+// those of a float mask (the score gradient over [B, Hq, Sq, mask columns], which the rule
+// sums to the mask's shape) and of the cache. softcap is refused by the gradient rule
+// (graph/gradients/attention.cc).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -142,15 +145,14 @@ void attention_forward(const AttentionDims& d, const AttentionAttrs& a, const Te
            d.Dv, T(0), y4.data<T>() + g0 * d.Sq * d.Dv, d.Dv);
     }
   if (d.is3d) merge_heads(y4.data<T>(), y.data<T>(), d.B, d.Sq, d.Hq, d.Dv);
-  if (present_k && !pk && present_k->raw() != kc.raw()) std::memcpy(present_k->raw(), kc.raw(), kc.nbytes());
-  if (present_v && !pv && present_v->raw() != vc.raw()) std::memcpy(present_v->raw(), vc.raw(), vc.nbytes());
 }
 
-// dQ, dK, dV (shaped like Q, K, V) from dY.
+// dQ, dK, dV (shaped like Q, K, V) from dY; where not null, the score gradient dS as the
+// attn_mask gradient ([B, Hq, Sq, mask columns]) and the cache gradients ([B, Hkv, past, D]).
 template <class T>
 void attention_backward(const AttentionDims& d, const AttentionAttrs& a, const Tensor& dy, const Tensor& q,
                         const Tensor& k, const Tensor& v, const Tensor* mask, const Tensor* pk, const Tensor* pv,
-                        Tensor& dq, Tensor& dk, Tensor& dv) {
+                        Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dmask, Tensor* dpk, Tensor* dpv) {
   const Tensor q4 = to4d<T>(q, d, d.Hq, d.Sq, d.D);
   const Tensor kc = with_cache<T>(to4d<T>(k, d, d.Hkv, d.Skv, d.D), pk, d, d.D, nullptr);
   const Tensor vc = with_cache<T>(to4d<T>(v, d, d.Hkv, d.Skv, d.Dv), pv, d, d.Dv, nullptr);
@@ -180,28 +182,26 @@ void attention_backward(const AttentionDims& d, const AttentionAttrs& a, const T
         T dot = 0;
         for (int64_t j = 0; j < n; ++j) dot += dsr[j] * pr[j];
         for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - dot);
+        if (dmask) std::memcpy(dmask->data<T>() + (g0 * d.Sq + r) * d.mask_len, dsr, sizeof(T) * d.mask_len);
       }
       // dQ = scale dS K; dK = scale dS^T Q.
       gemm(false, false, rows, d.D, n, scale, ds.data(), n, kh, d.D, T(0), dq4.data<T>() + g0 * d.Sq * d.D, d.D);
       gemm(true, false, n, d.D, rows, scale, ds.data(), n, q4.data<T>() + g0 * d.Sq * d.D, d.D, T(0),
            dkc.data<T>() + kv0 * n * d.D, d.D);
     }
-  // The new keys' and values' part of the cache gradients, in the inputs' layout.
-  auto take_new = [&](const Tensor& full, int64_t D, Tensor& out) {
-    Tensor cur = d.is3d || d.Spast > 0 ? Tensor::empty(full.dtype(), d.kv4(d.Skv, D)) : out;
-    if (d.Spast > 0 || d.is3d) {
-      for (int64_t bh = 0; bh < d.B * d.Hkv; ++bh)
-        std::memcpy(cur.data<T>() + bh * d.Skv * D, full.data<T>() + (bh * n + d.Spast) * D, sizeof(T) * d.Skv * D);
-    } else {
-      std::memcpy(out.raw(), full.raw(), full.nbytes());
-    }
-    if (d.is3d) merge_heads(cur.data<T>(), out.data<T>(), d.B, d.Skv, d.Hkv, D);
-    else if (d.Spast > 0) std::memcpy(out.raw(), cur.raw(), cur.nbytes());
+  // Sequence positions [s0, s0 + S) of a cache gradient [B, Hkv, Stot, D], 4-D or as 3-D.
+  auto take = [&](const Tensor& full, int64_t s0, int64_t S, int64_t D, bool as3d, Tensor& out) {
+    Tensor cur = as3d ? Tensor::empty(full.dtype(), d.kv4(S, D)) : out;
+    for (int64_t bh = 0; bh < d.B * d.Hkv; ++bh)
+      std::memcpy(cur.data<T>() + bh * S * D, full.data<T>() + (bh * n + s0) * D, sizeof(T) * S * D);
+    if (as3d) merge_heads(cur.data<T>(), out.data<T>(), d.B, S, d.Hkv, D);
   };
   if (d.is3d) merge_heads(dq4.data<T>(), dq.data<T>(), d.B, d.Sq, d.Hq, d.D);
   else std::memcpy(dq.raw(), dq4.raw(), dq4.nbytes());
-  take_new(dkc, d.D, dk);
-  take_new(dvc, d.Dv, dv);
+  take(dkc, d.Spast, d.Skv, d.D, d.is3d, dk);
+  take(dvc, d.Spast, d.Skv, d.Dv, d.is3d, dv);
+  if (dpk) take(dkc, 0, d.Spast, d.D, false, *dpk);
+  if (dpv) take(dvc, 0, d.Spast, d.Dv, false, *dpv);
 }
 
 Tensor widen_opt(const Tensor* t) { return t ? (is_half(t->dtype()) ? widen_half(*t) : *t) : Tensor(); }
@@ -257,22 +257,38 @@ class AttentionGradKernel final : public OpKernel {
     OMT_CHECK(dy.shape() == d.y() && dy.dtype() == q.dtype(), kModel, info_.where(), ": AttentionGrad dY ",
               dy.describe(), " does not match Y ", shape_str(d.y()));
     const DType dt = q.dtype();
+    auto used = [&](int i) { return i < ctx.num_outputs() && ctx.output_used(i); };
+    OMT_CHECK(!used(3) || (mask && !d.mask_bool), kModel, info_.where(),
+              ": AttentionGrad output 3 (the attn_mask gradient) needs a float attn_mask");
+    OMT_CHECK((!used(4) && !used(5)) || pk, kModel, info_.where(),
+              ": AttentionGrad outputs 4 and 5 (the cache gradients) need past_key and past_value");
+    const Shape mshape = {d.B, d.Hq, d.Sq, d.mask_len};
     if (is_half(dt)) {
       const Tensor mf = widen_opt(mask), pkf = widen_opt(pk), pvf = widen_opt(pv);
       Tensor dq = Tensor::empty(DType::kFloat32, q.shape()), dk = Tensor::empty(DType::kFloat32, k.shape()),
              dv = Tensor::empty(DType::kFloat32, v.shape());
+      Tensor dm = used(3) ? Tensor::empty(DType::kFloat32, mshape) : Tensor();
+      Tensor dpk = used(4) ? Tensor::empty(DType::kFloat32, pk->shape()) : Tensor();
+      Tensor dpv = used(5) ? Tensor::empty(DType::kFloat32, pv->shape()) : Tensor();
       attention_backward<float>(d, a_, widen_half(dy), widen_half(q), widen_half(k), widen_half(v), ptr(mf),
-                                ptr(pkf), ptr(pvf), dq, dk, dv);
+                                ptr(pkf), ptr(pvf), dq, dk, dv, used(3) ? &dm : nullptr, used(4) ? &dpk : nullptr,
+                                used(5) ? &dpv : nullptr);
       narrow_half(dq, ctx.output(0, dt, q.shape()));
       narrow_half(dk, ctx.output(1, dt, k.shape()));
       narrow_half(dv, ctx.output(2, dt, v.shape()));
+      if (used(3)) narrow_half(dm, ctx.output(3, dt, mshape));
+      if (used(4)) narrow_half(dpk, ctx.output(4, dt, pk->shape()));
+      if (used(5)) narrow_half(dpv, ctx.output(5, dt, pv->shape()));
       return;
     }
     Tensor& dq = ctx.output(0, dt, q.shape());
     Tensor& dk = ctx.output(1, dt, k.shape());
     Tensor& dv = ctx.output(2, dt, v.shape());
+    Tensor* dm = used(3) ? &ctx.output(3, dt, mshape) : nullptr;
+    Tensor* dpk = used(4) ? &ctx.output(4, dt, pk->shape()) : nullptr;
+    Tensor* dpv = used(5) ? &ctx.output(5, dt, pv->shape()) : nullptr;
     OMT_DISPATCH_FLOAT(dt, unsupported_dtype(info_, dt),
-                       attention_backward<T>(d, a_, dy, q, k, v, mask, pk, pv, dq, dk, dv));
+                       attention_backward<T>(d, a_, dy, q, k, v, mask, pk, pv, dq, dk, dv, dm, dpk, dpv));
   }
 
  private:

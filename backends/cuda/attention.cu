@@ -4,7 +4,9 @@
 // B * Hkv (batch, KV head) groups: a group's Hq / Hkv query heads are contiguous in
 // [B, Hq, Sq, D], so its rows [g * Sq, D] meet one K head, and dV / dK sum over the group
 // inside the GEMM. Masking, causality, softcap, softmax and its backward are one thread per
-// score row. float16/bfloat16 are refused (use --device cpu).
+// score row. AttentionGrad's optional outputs 3-5 (float attn_mask and cache gradients) are
+// the score gradient's mask columns and the cache part of dK / dV. float16/bfloat16 are
+// refused (use --device cpu).
 #include <limits>
 
 #include "backends/attention_attrs.h"
@@ -113,6 +115,13 @@ __global__ void softmax_back_kernel(const T* __restrict__ p, T* __restrict__ dp,
     for (int64_t j = 0; j < n; ++j) dot += dr[j] * pr[j];
     for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot);
   }
+}
+
+// out [rows, cols] = the first cols columns of in [rows, n].
+template <class T>
+__global__ void first_columns_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int64_t n,
+                                     int64_t cols) {
+  OMT_GRID_STRIDE(e, rows * cols) { out[e] = in[(e / cols) * n + e % cols]; }
 }
 
 // ================================== launchers ==================================
@@ -229,22 +238,30 @@ class AttentionGradKernel final : public CudaKernel {
     check_dtype(q.dtype(), where());
     OMT_CHECK(dy.shape() == d.y() && dy.dtype() == q.dtype(), kModel, where(), ": AttentionGrad dY ", dy.describe(),
               " does not match Y ", shape_str(d.y()));
+    OMT_CHECK(!wanted(ctx, 3) || (mask && !d.mask_bool), kModel, where(),
+              ": AttentionGrad output 3 (the attn_mask gradient) needs a float attn_mask");
+    OMT_CHECK((!wanted(ctx, 4) && !wanted(ctx, 5)) || pk, kModel, where(),
+              ": AttentionGrad outputs 4 and 5 (the cache gradients) need past_key and past_value");
     Tensor& dq = ctx.output(0, q.dtype(), q.shape());
     Tensor& dk = ctx.output(1, q.dtype(), k.shape());
     Tensor& dv = ctx.output(2, q.dtype(), v.shape());
+    Tensor* dm = wanted(ctx, 3) ? &ctx.output(3, q.dtype(), {d.B, d.Hq, d.Sq, d.mask_len}) : nullptr;
+    Tensor* dpk = wanted(ctx, 4) ? &ctx.output(4, q.dtype(), pk->shape()) : nullptr;
+    Tensor* dpv = wanted(ctx, 5) ? &ctx.output(5, q.dtype(), pv->shape()) : nullptr;
     if (dy.numel() == 0 || d.Stot == 0) {
-      cu_.fill_zero(dq);
-      cu_.fill_zero(dk);
-      cu_.fill_zero(dv);
+      for (Tensor* t : {&dq, &dk, &dv, dm, dpk, dpv})
+        if (t) cu_.fill_zero(*t);
       return;
     }
-    OMT_CUDA_DISPATCH_FLOAT(q.dtype(), unsupported_dtype(q.dtype()), run<T>(d, dy, q, k, v, mask, pk, pv, dq, dk, dv));
+    OMT_CUDA_DISPATCH_FLOAT(q.dtype(), unsupported_dtype(q.dtype()),
+                            run<T>(d, dy, q, k, v, mask, pk, pv, dq, dk, dv, dm, dpk, dpv));
   }
 
  private:
   template <class T>
   void run(const AttentionDims& d, const Tensor& dy, const Tensor& q, const Tensor& k, const Tensor& v,
-           const Tensor* mask, const Tensor* pk, const Tensor* pv, Tensor& dq, Tensor& dk, Tensor& dv) {
+           const Tensor* mask, const Tensor* pk, const Tensor* pv, Tensor& dq, Tensor& dk, Tensor& dv, Tensor* dm,
+           Tensor* dpk, Tensor* dpv) {
     cublasHandle_t h = cu_.cublas();
     const Tensor q4 = to4d<T>(cu_, q, d, d.Hq, d.Sq, d.D);
     const Tensor kc = with_cache<T>(cu_, to4d<T>(cu_, k, d, d.Hkv, d.Skv, d.D), pk, d, d.D, nullptr);
@@ -271,6 +288,13 @@ class AttentionGradKernel final : public CudaKernel {
     if (d.is3d) take_seq<T>(cu_, dq4, d.Hq, 0, d.Sq, d.D, true, dq, d);
     take_seq<T>(cu_, dkc, d.Hkv, d.Spast, d.Skv, d.D, d.is3d, dk, d);
     take_seq<T>(cu_, dvc, d.Hkv, d.Spast, d.Skv, d.Dv, d.is3d, dv, d);
+    if (dpk) take_seq<T>(cu_, dkc, d.Hkv, 0, d.Spast, d.D, false, *dpk, d);
+    if (dpv) take_seq<T>(cu_, dvc, d.Hkv, 0, d.Spast, d.Dv, false, *dpv, d);
+    if (dm && dm->numel() > 0) {
+      first_columns_kernel<T><<<blocks_for(dm->numel()), kThreads, 0, stream()>>>(ds.data<T>(), dm->data<T>(),
+                                                                                 d.B * d.Hq * d.Sq, n, d.mask_len);
+      OMT_CUDA_CHECK_LAUNCH();
+    }
   }
 
   AttentionAttrs a_;

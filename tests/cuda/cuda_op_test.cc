@@ -376,6 +376,12 @@ void add_einsum_attention_resize_cases(std::vector<OpCase>& cases) {
   AttributeMap three_grad = three;
   three_grad.set("qk_matmul_output_mode", int64_t{0});
   cases.push_back(OpCase{"AttentionGrad_3d_past_boolmask", "AttentionGrad", kMirror, three_grad, past_grad, {}, 3, 1e-5, 1e-6});
+  // Every gradient: a short float mask (padded with -inf) and the cache.
+  const std::vector<Tensor> all_grads = {uniform({2, 4, 3, 3}, 981), uniform({2, 4, 3, 5}, 982), uniform({2, 2, 4, 5}, 983),
+                                         uniform({2, 2, 4, 3}, 984), uniform({2, 1, 3, 5}, 985, -1.f, 0.f),
+                                         uniform({2, 2, 2, 5}, 986), uniform({2, 2, 2, 3}, 987)};
+  cases.push_back(OpCase{"AttentionGrad_4d_floatmask_past_all_outputs", "AttentionGrad", kMirror, causal, all_grads, {}, 6,
+                         1e-5, 1e-6});
   // Resize: bilinear (torch align_corners=False), cubic with antialias, nearest, and a crop box.
   auto rs = [](const char* mode, const char* ctm) {
     AttributeMap a;

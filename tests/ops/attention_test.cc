@@ -25,7 +25,7 @@ struct Spec {
   bool is3d = false;
   int64_t B = 2, Hq = 2, Hkv = 2, Sq = 3, Skv = 4, Sp = 0, D = 4, Dv = 3;
   bool causal = false;
-  int mask = 0;  // 0 none, 1 float [Sq, Stot], 2 bool [B, 1, Sq, Stot]
+  int mask = 0;  // 0 none, 1 float [Sq, Stot], 2 bool [B, 1, Sq, Stot], 3 float [B, Hq, Sq, Stot - 1] (padded)
   float scale = 0.f;
 };
 
@@ -52,6 +52,7 @@ std::vector<Tensor> inputs_of(const Spec& s, uint64_t seed) {
   }
   Tensor mask;
   if (s.mask == 1) mask = f64(random_tensor({s.Sq, St}, seed + 3, -2.f, 0.f));
+  if (s.mask == 3) mask = f64(random_tensor({s.B, s.Hq, s.Sq, St - 1}, seed + 3, -2.f, 0.f));
   if (s.mask == 2) {
     mask = Tensor::empty(DType::kBool, {s.B, 1, s.Sq, St});
     for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = (i % St) != (i / St) % St || i % 3 == 0;
@@ -92,6 +93,7 @@ Tensor reference(const Spec& s, const std::vector<Tensor>& in) {
           for (int64_t d = 0; d < s.D; ++d) v += q(b, h, i, d) * kv(1, s.D, b, h / g, j, d);
           v *= scale;
           if (s.mask == 1) v += in[3].data<double>()[i * St + j];
+          if (s.mask == 3) v = j < St - 1 ? v + in[3].data<double>()[((b * s.Hq + h) * s.Sq + i) * (St - 1) + j] : -INFINITY;
           if (s.mask == 2 && !in[3].data<bool>()[(b * s.Sq + i) * St + j]) v = -INFINITY;
           if (s.causal && j > i + s.Sp) v = -INFINITY;
           p[j] = v;
@@ -169,6 +171,10 @@ std::vector<Spec> specs() {
   past3.is3d = true;
   past3.mask = 1;
   v.push_back(past3);
+  Spec padded = gqa;
+  padded.mask = 3;
+  padded.Sp = 1;
+  v.push_back(padded);
   return v;
 }
 
@@ -183,7 +189,7 @@ TEST(Attention, MatchesReference) {
   }
 }
 
-TEST(AttentionGrad, QKVByFiniteDifferences) {
+TEST(AttentionGrad, QKVMaskAndCacheByFiniteDifferences) {
   uint64_t seed = 50;
   for (const Spec& s : specs()) {
     GradCheck g;
@@ -191,7 +197,13 @@ TEST(AttentionGrad, QKVByFiniteDifferences) {
     g.attrs = attrs_of(s);
     g.inputs = inputs_of(s, seed);
     seed += 10;
+    // Q, K, V, a float mask (summed over its broadcast dimensions) and the cache.
     g.wrt = {0, 1, 2};
+    if (s.mask == 1 || s.mask == 3) g.wrt.push_back(3);
+    if (s.Sp > 0) {
+      g.wrt.push_back(4);
+      g.wrt.push_back(5);
+    }
     g.num_outputs = 1;
     g.eps = 1e-6;
     g.rtol = 1e-6;
