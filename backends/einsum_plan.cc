@@ -145,4 +145,17 @@ std::vector<int64_t> einsum_contiguous_strides(const std::vector<int>& dims,
   return st;
 }
 
+bool einsum_is_contiguous(const std::vector<int64_t>& stride, int64_t numel, const std::vector<int>& dims,
+                          const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int l : dims) n *= sizes[l];
+  if (n != numel) return false;
+  const std::vector<int64_t> want = einsum_contiguous_strides(dims, sizes);
+  std::vector<bool> in_dims(sizes.size(), false);
+  for (int l : dims) in_dims[l] = true;
+  for (size_t l = 0; l < sizes.size(); ++l)
+    if (sizes[l] > 1 && (in_dims[l] ? stride[l] != want[l] : stride[l] != 0)) return false;
+  return true;
+}
+
 }  // namespace omt

@@ -44,6 +44,11 @@ struct EinsumPair {
 EinsumPair einsum_pair(const std::vector<bool>& has_a, const std::vector<bool>& has_b,
                        const std::vector<bool>& keep, const std::vector<int64_t>& sizes);
 
+// Whether an operand of `numel` elements indexed by `stride` is exactly the contiguous tensor
+// over `dims` in that order (size-1 labels aside), so that gathering it would only copy it.
+bool einsum_is_contiguous(const std::vector<int64_t>& stride, int64_t numel, const std::vector<int>& dims,
+                          const std::vector<int64_t>& sizes);
+
 // Per-label element strides of a contiguous tensor over `dims` (0 for other labels and for
 // size-1 ones).
 std::vector<int64_t> einsum_contiguous_strides(const std::vector<int>& dims,

@@ -1,6 +1,7 @@
 // Einsum (opset 12 semantics, unchanged to 23) on the CPU. Two operands are contracted by one
-// batched GEMM after each is gathered into [batch, m, k] / [batch, k, n] order; the gather also
-// takes diagonals (a label repeated in one operand), broadcasts size-1 dimensions and sums the
+// batched GEMM after each is gathered into [batch, m, k] / [batch, k, n] order (an operand
+// already laid out so, or transposed, goes to the GEMM as it is); the gather also takes
+// diagonals (a label repeated in one operand), broadcasts size-1 dimensions and sums the
 // labels only that operand has. More operands are contracted pairwise left to right, keeping
 // the labels later operands or the output need; the result is gathered into output order
 // (for one operand that gather is the whole op). Einsum's gradient is Einsum again
@@ -20,6 +21,7 @@ struct Operand {
   const T* data = nullptr;
   std::vector<int64_t> stride;  // per label; 0 where absent or broadcast
   std::vector<bool> has;        // per label
+  int64_t numel = 0;            // elements at data
 };
 
 // dst (contiguous over `dims`, in that order) = src summed over the labels `sums`.
@@ -55,26 +57,47 @@ void gather_sum(const Operand<T>& src, const std::vector<int>& dims, const std::
   }
 }
 
-// c[b] = a[b] (m x k) * b[b] (k x n), row-major, for b < nb.
+// c[b] = op(a[b]) (m x k) * op(b[b]) (k x n), row-major, for b < nb; ta: a[b] is stored
+// [k, m], tb: b[b] is stored [n, k].
 template <class T>
-void batched_gemm(int64_t nb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+void batched_gemm(int64_t nb, int64_t m, int64_t n, int64_t k, const T* a, bool ta, const T* b, bool tb, T* c) {
   for (int64_t bi = 0; bi < nb; ++bi) {
     const T* pa = a + bi * m * k;
     const T* pb = b + bi * k * n;
     T* pc = c + bi * m * n;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       if (k > 0 && m > 0 && n > 0) {
-        gemm(false, false, m, n, k, T(1), pa, k, pb, n, T(0), pc, n);
+        gemm(ta, tb, m, n, k, T(1), pa, ta ? m : k, pb, tb ? k : n, T(0), pc, n);
         continue;
       }
     }
     for (int64_t i = 0; i < m * n; ++i) pc[i] = T(0);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t p = 0; p < k; ++p) {
-        const T av = pa[i * k + p];
-        for (int64_t j = 0; j < n; ++j) pc[i * n + j] += av * pb[p * n + j];
+        const T av = ta ? pa[p * m + i] : pa[i * k + p];
+        for (int64_t j = 0; j < n; ++j) pc[i * n + j] += av * (tb ? pb[j * k + p] : pb[p * n + j]);
       }
   }
+}
+
+// One GEMM operand: x itself when it already is contiguous over `dims` (or, transposed, over
+// `dims_t`, which sets `trans`); otherwise x gathered over `dims` and summed over `sums` into
+// `buffer`.
+template <class T>
+const T* gemm_operand(const Operand<T>& x, const std::vector<int>& dims, const std::vector<int>& dims_t,
+                      const std::vector<int>& sums, const std::vector<int64_t>& sizes, std::vector<T>& buffer,
+                      bool& trans) {
+  trans = false;
+  if (sums.empty() && einsum_is_contiguous(x.stride, x.numel, dims, sizes)) return x.data;
+  if (sums.empty() && einsum_is_contiguous(x.stride, x.numel, dims_t, sizes)) {
+    trans = true;
+    return x.data;
+  }
+  int64_t n = 1;
+  for (int l : dims) n *= sizes[l];
+  buffer.resize(static_cast<size_t>(n));
+  gather_sum(x, dims, sums, sizes, buffer.data());
+  return buffer.data();
 }
 
 // The product of a and b summed over the labels not in `keep` (einsum_pair), contiguous
@@ -83,17 +106,24 @@ template <class T>
 Operand<T> contract(const Operand<T>& a, const Operand<T>& b, const std::vector<bool>& keep,
                     const std::vector<int64_t>& sizes, std::vector<std::vector<T>>& storage) {
   const EinsumPair e = einsum_pair(a.has, b.has, keep, sizes);
-  std::vector<T> ga(static_cast<size_t>(e.nb * e.nm * e.nk)), gb(static_cast<size_t>(e.nb * e.nk * e.nn));
-  gather_sum(a, e.a_dims(), e.ra, sizes, ga.data());
-  gather_sum(b, e.b_dims(), e.rb, sizes, gb.data());
+  auto cat = [](std::vector<int> x, const std::vector<int>& y, const std::vector<int>& z) {
+    x.insert(x.end(), y.begin(), y.end());
+    x.insert(x.end(), z.begin(), z.end());
+    return x;
+  };
+  std::vector<T> ga, gb;
+  bool ta = false, tb = false;
+  const T* pa = gemm_operand(a, e.a_dims(), cat(e.batch, e.k, e.m), e.ra, sizes, ga, ta);
+  const T* pb = gemm_operand(b, e.b_dims(), cat(e.batch, e.n, e.k), e.rb, sizes, gb, tb);
   storage.emplace_back(static_cast<size_t>(e.nb * e.nm * e.nn));
   T* c = storage.back().data();
-  batched_gemm(e.nb, e.nm, e.nn, e.nk, ga.data(), gb.data(), c);
+  batched_gemm(e.nb, e.nm, e.nn, e.nk, pa, ta, pb, tb, c);
   Operand<T> out;
   out.data = c;
   out.stride = einsum_contiguous_strides(e.c_dims(), sizes);
   out.has.assign(sizes.size(), false);
   for (int l : e.c_dims()) out.has[l] = true;
+  out.numel = e.nb * e.nm * e.nn;
   return out;
 }
 
@@ -101,7 +131,7 @@ template <class T>
 void run_einsum(const EinsumPlan& p, const std::vector<const Tensor*>& xs, Tensor& y) {
   const size_t nops = xs.size();
   std::vector<Operand<T>> ops(nops);
-  for (size_t i = 0; i < nops; ++i) ops[i] = {xs[i]->data<T>(), p.strides[i], p.has[i]};
+  for (size_t i = 0; i < nops; ++i) ops[i] = {xs[i]->data<T>(), p.strides[i], p.has[i], xs[i]->numel()};
   std::vector<bool> in_out(static_cast<size_t>(p.num_labels), false);
   for (int l : p.out_labels) in_out[l] = true;
   std::vector<std::vector<T>> storage;
@@ -110,7 +140,10 @@ void run_einsum(const EinsumPlan& p, const std::vector<const Tensor*>& xs, Tenso
   std::vector<int> sums;
   for (int l = 0; l < p.num_labels; ++l)
     if (cur.has[l] && !in_out[l]) sums.push_back(l);
-  gather_sum(cur, p.out_labels, sums, p.sizes, y.data<T>());
+  if (sums.empty() && einsum_is_contiguous(cur.stride, cur.numel, p.out_labels, p.sizes))
+    std::memcpy(y.raw(), cur.data, y.nbytes());
+  else
+    gather_sum(cur, p.out_labels, sums, p.sizes, y.data<T>());
 }
 
 class EinsumKernel final : public OpKernel {

@@ -2,8 +2,8 @@
 // backends/einsum_plan.h: diagonals, ellipsis broadcasting, summed labels). float32 and
 // float64 take the CPU's route: operands contracted pairwise left to right, each pair as a
 // strided gather of both sides into [batch, m, k] / [batch, k, n] (diagonals, broadcasting
-// and one-sided sums done by the gather) and one cuBLAS strided-batched GEMM, the result
-// gathered into output order. int32 and int64 (no cuBLAS GEMM) use one generic kernel, one
+// and one-sided sums done by the gather; an operand already laid out so, or transposed, is
+// used as it is) and one cuBLAS strided-batched GEMM, the result gathered into output order. int32 and int64 (no cuBLAS GEMM) use one generic kernel, one
 // thread per output element over the summed labels, for up to kMaxOperands operands.
 #include "backends/cuda/cublas_gemm.h"
 #include "backends/cuda/cuda_kernels.cuh"
@@ -94,6 +94,7 @@ struct Operand {
   const T* data = nullptr;
   std::vector<int64_t> stride;
   std::vector<bool> has;
+  int64_t numel = 0;
 };
 
 // dst = src gathered over `dims` (in order) and summed over `sums`.
@@ -121,6 +122,32 @@ void launch_gather(CudaContext& cu, const Operand<T>& src, const std::vector<int
   OMT_CUDA_CHECK_LAUNCH();
 }
 
+// One GEMM operand: x itself when it already is contiguous over `dims` (or, transposed, over
+// `dims_t`, which sets `trans`); otherwise x gathered over `dims` and summed over `sums` into
+// fresh scratch from `scratch`.
+template <class T, class Scratch>
+const T* gemm_operand(CudaContext& cu, const Operand<T>& x, const std::vector<int>& dims, const std::vector<int>& dims_t,
+                      const std::vector<int>& sums, const std::vector<int64_t>& sizes, Scratch&& scratch, bool& trans,
+                      const std::string& where) {
+  trans = false;
+  if (sums.empty() && einsum_is_contiguous(x.stride, x.numel, dims, sizes)) return x.data;
+  if (sums.empty() && einsum_is_contiguous(x.stride, x.numel, dims_t, sizes)) {
+    trans = true;
+    return x.data;
+  }
+  int64_t n = 1;
+  for (int l : dims) n *= sizes[l];
+  T* buffer = scratch(n);
+  launch_gather(cu, x, dims, sums, sizes, buffer, where);
+  return buffer;
+}
+
+std::vector<int> cat(std::vector<int> x, const std::vector<int>& y, const std::vector<int>& z) {
+  x.insert(x.end(), y.begin(), y.end());
+  x.insert(x.end(), z.begin(), z.end());
+  return x;
+}
+
 // Pairwise contraction with cuBLAS, as run_einsum in backends/cpu/einsum.cc.
 template <class T>
 void einsum_gemm(CudaContext& cu, const EinsumPlan& plan, const std::vector<const Tensor*>& xs, Tensor& y,
@@ -130,20 +157,19 @@ void einsum_gemm(CudaContext& cu, const EinsumPlan& plan, const std::vector<cons
     keep_alive.push_back(cu.allocate(y.dtype(), {n}));
     return keep_alive.back().data<T>();
   };
-  Operand<T> cur{xs[0]->data<T>(), plan.strides[0], plan.has[0]};
+  Operand<T> cur{xs[0]->data<T>(), plan.strides[0], plan.has[0], xs[0]->numel()};
   for (size_t i = 1; i < xs.size(); ++i) {
-    const Operand<T> b{xs[i]->data<T>(), plan.strides[i], plan.has[i]};
+    const Operand<T> b{xs[i]->data<T>(), plan.strides[i], plan.has[i], xs[i]->numel()};
     const EinsumPair e = einsum_pair(cur.has, b.has, einsum_keep(plan, i), plan.sizes);
     T* c = scratch(e.nb * e.nm * e.nn);
     if (e.nb * e.nm * e.nn > 0) {
       if (e.nk == 0) {
         OMT_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(T) * static_cast<size_t>(e.nb * e.nm * e.nn), cu.stream()));
       } else {
-        T* ga = scratch(e.nb * e.nm * e.nk);
-        T* gb = scratch(e.nb * e.nk * e.nn);
-        launch_gather(cu, cur, e.a_dims(), e.ra, plan.sizes, ga, where);
-        launch_gather(cu, b, e.b_dims(), e.rb, plan.sizes, gb, where);
-        gemm_batched_rm<T>(cu.cublas(), false, false, e.nm, e.nn, e.nk, T(1), ga, e.nm * e.nk, gb, e.nk * e.nn, c,
+        bool ta = false, tb = false;
+        const T* ga = gemm_operand(cu, cur, e.a_dims(), cat(e.batch, e.k, e.m), e.ra, plan.sizes, scratch, ta, where);
+        const T* gb = gemm_operand(cu, b, e.b_dims(), cat(e.batch, e.n, e.k), e.rb, plan.sizes, scratch, tb, where);
+        gemm_batched_rm<T>(cu.cublas(), ta, tb, e.nm, e.nn, e.nk, T(1), ga, e.nm * e.nk, gb, e.nk * e.nn, c,
                            e.nm * e.nn, e.nb, where);
       }
     }
@@ -151,13 +177,17 @@ void einsum_gemm(CudaContext& cu, const EinsumPlan& plan, const std::vector<cons
     cur.stride = einsum_contiguous_strides(e.c_dims(), plan.sizes);
     cur.has.assign(plan.sizes.size(), false);
     for (int l : e.c_dims()) cur.has[l] = true;
+    cur.numel = e.nb * e.nm * e.nn;
   }
   std::vector<bool> in_out(plan.sizes.size(), false);
   for (int l : plan.out_labels) in_out[l] = true;
   std::vector<int> sums;
   for (int l = 0; l < plan.num_labels; ++l)
     if (cur.has[l] && !in_out[l]) sums.push_back(l);
-  launch_gather(cu, cur, plan.out_labels, sums, plan.sizes, y.data<T>(), where);
+  if (sums.empty() && einsum_is_contiguous(cur.stride, cur.numel, plan.out_labels, plan.sizes))
+    OMT_CUDA_CHECK(cudaMemcpyAsync(y.raw(), cur.data, y.nbytes(), cudaMemcpyDeviceToDevice, cu.stream()));
+  else
+    launch_gather(cu, cur, plan.out_labels, sums, plan.sizes, y.data<T>(), where);
 }
 
 // ================================== op kernel ==================================

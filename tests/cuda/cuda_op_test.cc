@@ -347,6 +347,8 @@ void add_einsum_attention_resize_cases(std::vector<OpCase>& cases) {
     return a;
   };
   cases.push_back(OpCase{"Einsum_bmm", "Einsum", "", eq("bij,bjk->bik"), {uniform({2, 3, 4}, 950), uniform({2, 4, 5}, 951)}, {}, 1});
+  cases.push_back(OpCase{"Einsum_transposed_operands", "Einsum", "", eq("bji,bkj->bik"),
+                         {uniform({2, 4, 3}, 958), uniform({2, 5, 4}, 959)}, {}, 1});
   cases.push_back(OpCase{"Einsum_diagonal_ellipsis", "Einsum", "", eq("...ii->...i"), {uniform({2, 3, 3}, 952)}, {}, 1});
   cases.push_back(OpCase{"Einsum_three_operands", "Einsum", "", eq("ab,bc,cd->ad"),
                          {uniform({2, 3}, 953), uniform({3, 4}, 954), uniform({4, 2}, 955)}, {}, 1});

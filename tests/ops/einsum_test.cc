@@ -117,6 +117,7 @@ const std::vector<Case>& cases() {
       {"i,i->", {{6}, {6}}},
       {"ijk,ikj->k", {{2, 3, 4}, {2, 4, 3}}},
       {"abc,cd->abd", {{2, 3, 4}, {4, 5}}},
+      {"bji,bkj->bik", {{2, 4, 3}, {2, 5, 4}}},  // both operands go to the GEMM transposed
   };
   return c;
 }
