@@ -21,6 +21,19 @@ const Tensor* optional(const KernelContext& ctx, int i) {
 // [outer, t.in, inner] -> [outer, t.out, inner].
 template <class T>
 void gather_axis(const ResizeAxisTaps& t, const T* x, T* y, int64_t outer, int64_t inner) {
+  if (inner == 1) {  // the last axis: one dot product of taps per output element
+    std::vector<T> w(t.weight.begin(), t.weight.end());
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* xr = x + o * t.in;
+      T* yr = y + o * t.out;
+      for (int64_t j = 0; j < t.out; ++j) {
+        T acc = T(0);
+        for (int64_t k = 0; k < t.taps; ++k) acc += w[j * t.taps + k] * xr[t.index[j * t.taps + k]];
+        yr[j] = acc;
+      }
+    }
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < t.out; ++j) {
       T* yr = y + (o * t.out + j) * inner;
@@ -38,6 +51,16 @@ void gather_axis(const ResizeAxisTaps& t, const T* x, T* y, int64_t outer, int64
 template <class T>
 void scatter_axis(const ResizeAxisTaps& t, const T* dy, T* dx, int64_t outer, int64_t inner) {
   std::memset(dx, 0, sizeof(T) * static_cast<size_t>(outer * t.in * inner));
+  if (inner == 1) {
+    std::vector<T> w(t.weight.begin(), t.weight.end());
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* dyr = dy + o * t.out;
+      T* dxr = dx + o * t.in;
+      for (int64_t j = 0; j < t.out; ++j)
+        for (int64_t k = 0; k < t.taps; ++k) dxr[t.index[j * t.taps + k]] += w[j * t.taps + k] * dyr[j];
+    }
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < t.out; ++j) {
       const T* dyr = dy + (o * t.out + j) * inner;
