@@ -53,6 +53,8 @@ OMT_INTERNAL_NO_GRADIENT("GeluGrad");
 OMT_INTERNAL_NO_GRADIENT("MishGrad");
 OMT_INTERNAL_NO_GRADIENT("GroupNormalizationGrad");
 OMT_INTERNAL_NO_GRADIENT("RMSNormalizationGrad");
+OMT_INTERNAL_NO_GRADIENT("AttentionGrad");
+OMT_INTERNAL_NO_GRADIENT("ResizeGrad");
 
 // ONNX's own training-domain optimizer ops update parameters; nothing differentiates them.
 static GradientRegistrar omt_preview_momentum("ai.onnx.preview.training", "Momentum", kWhy);

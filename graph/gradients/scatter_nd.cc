@@ -1,4 +1,4 @@
-// Gradient rule of ScatterND(data, indices, updates), from standard ops: updates receive dY
+// Gradient rules of ScatterND and GatherND. ScatterND(data, indices, updates), from standard ops: updates receive dY
 // at their slices (GatherND); data receives dY (reduction add) or dY with the scattered
 // slices zeroed (reduction none). The indices are integers and get none. With reduction none
 // and duplicate index tuples (undefined in ONNX, as in torch's index_put_) every duplicate's
@@ -36,6 +36,19 @@ OMT_REGISTER_GRADIENT("ScatterND", [](GradientBuilder& g) {
     else g.set_input_grad(0, g.emit1("ScatterND", {dy, indices, zeros_like(g, g.input(2))}));
   }
   if (g.wants(2)) g.set_input_grad(2, g.emit1("GatherND", {dy, indices}));
+});
+
+// GatherND(data, indices) reads slices of data: data's gradient is dY added back at the
+// same slices (ScatterND with reduction add into zeros, so repeated tuples accumulate).
+OMT_REGISTER_GRADIENT("GatherND", [](GradientBuilder& g) {
+  if (!g.wants(0)) return;
+  if (g.node().attrs.get_int("batch_dims", 0) != 0)
+    OMT_FAIL(kUnsupported, g.node().where(), ": GatherND with batch_dims=", g.node().attrs.get_int("batch_dims", 0),
+             " has no gradient rule (ScatterND, its adjoint, has no batch_dims); only batch_dims=0 trains. "
+             "Keep this node's data input out of the trained path.");
+  AttributeMap add;
+  add.set("reduction", std::string("add"));
+  g.set_input_grad(0, g.emit1("ScatterND", {zeros_like(g, g.input(0)), g.input(1), g.output_grad(0)}, add));
 });
 
 }  // namespace

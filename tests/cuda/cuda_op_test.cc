@@ -410,6 +410,81 @@ void add_activation_norm_scatter_nd_cases(std::vector<OpCase>& cases) {
                          0.0, 0.0});
 }
 
+// Einsum, Attention(Grad) and Resize(Grad) (backends/cuda/einsum.cu, attention.cu, resize.cu).
+void add_einsum_attention_resize_cases(std::vector<OpCase>& cases) {
+  auto eq = [](const char* e) {
+    AttributeMap a;
+    a.set("equation", std::string(e));
+    return a;
+  };
+  cases.push_back(OpCase{"Einsum_bmm", "Einsum", "", eq("bij,bjk->bik"), {uniform({2, 3, 4}, 950), uniform({2, 4, 5}, 951)}, {}, 1});
+  cases.push_back(OpCase{"Einsum_transposed_operands", "Einsum", "", eq("bji,bkj->bik"),
+                         {uniform({2, 4, 3}, 958), uniform({2, 5, 4}, 959)}, {}, 1});
+  cases.push_back(OpCase{"Einsum_diagonal_ellipsis", "Einsum", "", eq("...ii->...i"), {uniform({2, 3, 3}, 952)}, {}, 1});
+  cases.push_back(OpCase{"Einsum_three_operands", "Einsum", "", eq("ab,bc,cd->ad"),
+                         {uniform({2, 3}, 953), uniform({3, 4}, 954), uniform({4, 2}, 955)}, {}, 1});
+  cases.push_back(OpCase{"Einsum_broadcast_sum", "Einsum", "", eq("...ij,...jk->...k"),
+                         {uniform({2, 1, 3, 4}, 956), uniform({2, 5, 4, 2}, 957)}, {}, 1});
+  // Attention: 4-D GQA with a float mask and causality; 3-D with a cache, a bool mask and every output.
+  AttributeMap causal;
+  causal.set("is_causal", int64_t{1});
+  const std::vector<Tensor> gqa = {uniform({2, 4, 3, 5}, 960), uniform({2, 2, 4, 5}, 961), uniform({2, 2, 4, 3}, 962),
+                                   uniform({3, 4}, 963, -1.f, 0.f)};
+  cases.push_back(OpCase{"Attention_4d_gqa_mask_causal", "Attention", "", causal, gqa, {}, 1, 1e-5, 1e-6});
+  AttributeMap three;
+  three.set("q_num_heads", int64_t{4});
+  three.set("kv_num_heads", int64_t{2});
+  three.set("qk_matmul_output_mode", int64_t{3});
+  three.set("scale", 0.4f);
+  Tensor bmask = Tensor::empty(DType::kBool, {2, 1, 3, 6});
+  for (int64_t i = 0; i < bmask.numel(); ++i) bmask.data<bool>()[i] = i % 6 == 0 || i % 4 != 1;
+  const std::vector<Tensor> past = {uniform({2, 3, 20}, 964), uniform({2, 4, 10}, 965), uniform({2, 4, 6}, 966), bmask,
+                                    uniform({2, 2, 2, 5}, 967), uniform({2, 2, 2, 3}, 968)};
+  cases.push_back(OpCase{"Attention_3d_past_boolmask_all_outputs", "Attention", "", three, past, {}, 4, 1e-5, 1e-6});
+  std::vector<Tensor> gqa_grad = {uniform({2, 4, 3, 3}, 969)};
+  gqa_grad.insert(gqa_grad.end(), gqa.begin(), gqa.end());
+  cases.push_back(OpCase{"AttentionGrad_4d_gqa_mask_causal", "AttentionGrad", kMirror, causal, gqa_grad, {}, 3, 1e-5, 1e-6});
+  std::vector<Tensor> past_grad = {uniform({2, 3, 12}, 970)};
+  past_grad.insert(past_grad.end(), past.begin(), past.end());
+  AttributeMap three_grad = three;
+  three_grad.set("qk_matmul_output_mode", int64_t{0});
+  cases.push_back(OpCase{"AttentionGrad_3d_past_boolmask", "AttentionGrad", kMirror, three_grad, past_grad, {}, 3, 1e-5, 1e-6});
+  // Every gradient: a short float mask (padded with -inf) and the cache.
+  const std::vector<Tensor> all_grads = {uniform({2, 4, 3, 3}, 981), uniform({2, 4, 3, 5}, 982), uniform({2, 2, 4, 5}, 983),
+                                         uniform({2, 2, 4, 3}, 984), uniform({2, 1, 3, 5}, 985, -1.f, 0.f),
+                                         uniform({2, 2, 2, 5}, 986), uniform({2, 2, 2, 3}, 987)};
+  cases.push_back(OpCase{"AttentionGrad_4d_floatmask_past_all_outputs", "AttentionGrad", kMirror, causal, all_grads, {}, 6,
+                         1e-5, 1e-6});
+  // Resize: bilinear (torch align_corners=False), cubic with antialias, nearest, and a crop box.
+  auto rs = [](const char* mode, const char* ctm) {
+    AttributeMap a;
+    a.set("mode", std::string(mode));
+    a.set("coordinate_transformation_mode", std::string(ctm));
+    return a;
+  };
+  const Tensor up = Tensor::from_vector<float>({1, 1, 2, 1.5f}, {4});
+  const Tensor down = Tensor::from_vector<float>({1, 1, 0.5f, 0.6f}, {4});
+  AttributeMap aa = rs("cubic", "half_pixel");
+  aa.set("antialias", int64_t{1});
+  AttributeMap crop = rs("linear", "tf_crop_and_resize");
+  crop.set("extrapolation_value", 2.f);
+  const Tensor roi = Tensor::from_vector<float>({0, 0, 0.2f, -0.3f, 1, 1, 0.9f, 1.2f}, {8});
+  const Tensor crop_sizes = Tensor::from_vector<int64_t>({2, 3, 5, 6}, {4});
+  cases.push_back(OpCase{"Resize_linear_pytorch_half_pixel", "Resize", "", rs("linear", "pytorch_half_pixel"),
+                         {uniform({2, 3, 5, 4}, 971), Tensor(), up}, {}, 1});
+  cases.push_back(OpCase{"Resize_cubic_antialias", "Resize", "", aa, {uniform({2, 3, 8, 10}, 972), Tensor(), down}, {}, 1});
+  cases.push_back(OpCase{"Resize_nearest_sizes", "Resize", "", rs("nearest", "asymmetric"),
+                         {uniform({2, 3, 5, 4}, 973), Tensor(), Tensor(), crop_sizes}, {}, 1});
+  cases.push_back(OpCase{"Resize_tf_crop_and_resize", "Resize", "", crop, {uniform({2, 3, 5, 4}, 974), roi, Tensor(), crop_sizes},
+                         {}, 1});
+  cases.push_back(OpCase{"ResizeGrad_linear_align_corners", "ResizeGrad", kMirror, rs("linear", "align_corners"),
+                         {uniform({2, 3, 10, 6}, 975), uniform({2, 3, 5, 4}, 976), Tensor(), up}, {}, 1});
+  cases.push_back(OpCase{"ResizeGrad_cubic_antialias", "ResizeGrad", kMirror, aa,
+                         {uniform({2, 3, 4, 6}, 977), uniform({2, 3, 8, 10}, 978), Tensor(), down}, {}, 1});
+  cases.push_back(OpCase{"ResizeGrad_tf_crop_and_resize", "ResizeGrad", kMirror, crop,
+                         {uniform({2, 3, 5, 6}, 979), uniform({2, 3, 5, 4}, 980), roi, Tensor(), crop_sizes}, {}, 1});
+}
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> cases;
   for (const char* op : {"Abs", "Neg", "Relu", "Exp", "Tanh", "Sigmoid", "Erf", "Floor", "Ceil", "Round", "Sign",
@@ -1174,6 +1249,7 @@ std::vector<OpCase> all_cases() {
     cases.push_back(OpCase{"MaxPoolReluGrad_pads", "MaxPoolReluGrad", kMirror, b,
                            {uniform({2, 3, 4, 4}, 423), relu(uniform({2, 3, 7, 7}, 424))}, {}, 1});
   }
+  add_einsum_attention_resize_cases(cases);
   return cases;
 }
 

@@ -115,6 +115,13 @@ TEST(GradShape, SpaceToDepth) { check("SpaceToDepth", {rnd({2, 2, 4, 6}, 34)}, {
 TEST(GradShape, GatherElementsRepeatedIndices) {
   check("GatherElements", {rnd({3, 4}, 35), i64({0, 2, 2, 1, 0, 0}, {3, 2})}, {0}, 232, attr_i("axis", 1));
 }
+// GatherND: slices (a 1-tuple per row) and single elements, with a repeated tuple.
+TEST(GradShape, GatherNDRepeatedSlices) {
+  check("GatherND", {rnd({4, 3}, 40), i64({2, 0, 2}, {3, 1})}, {0}, 235);
+}
+TEST(GradShape, GatherNDElements) {
+  check("GatherND", {rnd({3, 4}, 41), i64({0, 1, 2, 3, 0, 1}, {3, 2})}, {0}, 236);
+}
 TEST(GradShape, ScatterElementsNone) {
   check("ScatterElements", {rnd({3, 3}, 36), i64({1, 0, 2, 0, 2, 1}, {2, 3}), rnd({2, 3}, 37)}, {0, 2}, 233);
 }

@@ -19,7 +19,8 @@ const char* const kFoundationOps[] = {
       "Where", "Equal", "Greater", "Less", "Not", "Max", "Min", "Sum", "Mean", "ReduceMean",
       "ReduceSum", "ReduceMax", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "GRU",
       "LSTM", "Gelu", "Mish", "GroupNormalization", "RMSNormalization", "InstanceNormalization",
-      "ScatterND"};
+      "ScatterND", "GatherND", "Einsum", "Attention", "Resize", "CumSum", "IsNaN", "IsInf", "Trilu",
+      "HardSwish", "DepthToSpace", "SpaceToDepth"};
 
 TEST(Registry, FoundationOpsHaveCpuKernels) {
   std::string missing;
