@@ -1,7 +1,8 @@
-// Models as today's PyTorch writes them, against torch (tests/reference/modern/make_modern.py,
+// Models as today's exporters write them, against the framework that wrote them (tests/reference/modern/make_modern.py,
 // torch 2.15): the dynamo exporter's opset-20 IR-10 files and the legacy exporter's opset-17
 // ones of a ResNet, MobileNetV3-small, EfficientNet-B0, ViT, BERT, GPT-2, a pre-norm
-// TransformerEncoder and a bidirectional GRU. For each file: the forward pass, the gradient of
+// TransformerEncoder and a bidirectional GRU; and a Keras CNN that tf2onnx exported
+// (tests/reference/modern/make_keras.py, against TensorFlow's GradientTape). For each file: the forward pass, the gradient of
 // every trainable initializer (keyed by ONNX name; the generator's params.json says which
 // torch tensor each one holds and where its reference is) and 3 SGD steps, in float32 against
 // torch's float64 with rtol 1e-4, atol 1e-5. The set onnx-mirror trains by default must be
@@ -30,7 +31,7 @@ struct Case {
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.model) + "_" + info.param.variant;
+  return std::string(info.param.model) + (*info.param.variant ? std::string("_") + info.param.variant : "");
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -65,12 +66,13 @@ class ModernExport : public ::testing::TestWithParam<Case> {
     const Case& c = GetParam();
     const std::string dir = test::source_path("tests/data/modern/");
     ref_ = read_npz(dir + c.model + "_ref.npz");
-    params_ = read_json(dir + c.model + "_" + c.variant + "_params.json");
+    // The Keras model (tests/reference/modern/make_keras.py) has one file and its own loss.
+    const std::string file = std::string(c.model) + (*c.variant ? std::string("_") + c.variant : "");
+    params_ = read_json(dir + file + "_params.json");
     const nlohmann::json manifest = read_json(dir + "manifest.json");
-    const nlohmann::json& m = manifest["models"][c.model];
-    model_ = std::make_shared<const Model>(load_onnx(dir + c.model + "_" + c.variant + ".onnx"));
+    const std::string loss = manifest["models"].contains(c.model) ? manifest["models"][c.model]["loss"] : params_["loss"];
+    model_ = std::make_shared<const Model>(load_onnx(dir + file + ".onnx"));
     for (const auto& in : model_->graph.inputs) feeds_.set(in.name, ref_.at(in.name));
-    const std::string loss = m["loss"];
     spec_.loss = loss == "mse" ? LossKind::kMse : LossKind::kSoftmaxCrossEntropy;
     spec_.optimizer.kind = OptimizerKind::kSgd;
     for (const auto& init : params_["initializers"]) folded_bn_ |= init["kind"] == "bn_folded";
@@ -196,7 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"efficientnet_b0", "legacy_train"}, Case{"vit", "dynamo"}, Case{"vit", "legacy"},
                       Case{"bert", "dynamo"}, Case{"bert", "legacy"}, Case{"gpt2", "dynamo"},
                       Case{"gpt2", "legacy"}, Case{"transformer_encoder", "dynamo"},
-                      Case{"transformer_encoder", "legacy"}, Case{"gru", "dynamo"}, Case{"gru", "legacy"}),
+                      Case{"transformer_encoder", "legacy"}, Case{"gru", "dynamo"}, Case{"gru", "legacy"},
+                      Case{"keras_cnn", ""}),
     case_name);
 
 }  // namespace
