@@ -50,6 +50,9 @@ struct Model::Impl {
   // changed them since the kernels were built (model.cc).
   std::set<std::string> live;
   bool has_trainer = false;
+  // A Trainer was attached at some point: predict and save run BatchNormalization and
+  // Dropout in inference mode from then on (Note [Trained models are inference models]).
+  bool trained = false;
 
   // Inference plan: one Session per replica, rebuilt when `replicas`, `threads` or `live`
   // change.

@@ -90,6 +90,8 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
       for (int64_t d : t.shape()) vi.shape->push_back(omt::Dim{d, ""});
       plan->graph.inputs.push_back(vi);
     }
+    // A model that trains predicts as torch's eval() does (Note [Trained models are inference models]).
+    if (trained) omt::make_inference_mode(plan->graph);
     omt::SessionOptions so;
     so.num_threads = threads_per_replica;
     so.device = device;
@@ -103,7 +105,7 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   // several need a shared dimension 0 to cut. Messages as omt::Predictor's.
   int64_t batch = -1;
   if (replicas > 1) {
-    if (const omt::Node* bn = omt::batch_statistics_node(model->graph))
+    if (const omt::Node* bn = trained ? nullptr : omt::batch_statistics_node(model->graph))
       OMT_FAIL(kInvalidArgument, bn->where(), " normalises with batch statistics (training_mode=1, as "
                "torch's train() exports write it), so its outputs depend on how the batch is cut across "
                "replicas. Use --replicas 1, or export the model in eval() mode; models onnx-mirror "
@@ -303,7 +305,10 @@ Tensor Model::parameter(const std::string& name) const {
 void Model::save(const std::string& path) const {
   guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    omt::save_onnx(*impl_->model, path);
+    if (!impl_->trained) return omt::save_onnx(*impl_->model, path);
+    omt::Model inference = *impl_->model;  // shares the parameter tensors
+    omt::make_inference_mode(inference.graph);  // Note [Trained models are inference models]
+    omt::save_onnx(inference, path);
   });
 }
 

@@ -203,6 +203,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     }
     t.model->set_live(t.written());
     t.model->has_trainer = true;
+    t.model->trained = true;
   });
 }
 

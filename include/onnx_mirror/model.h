@@ -108,7 +108,10 @@ class Model {
   // Conv, biases dropped), one sentence each naming the tensors and the fix; often empty.
   std::vector<std::string> export_notes() const;
 
-  // Writes the model with its current parameters as ONNX (atomically). Errors: kIo, kModel.
+  // Writes the model with its current parameters as ONNX (atomically). While a Trainer is
+  // attached, BatchNormalization and Dropout are written in inference mode, as torch's
+  // eval() runs them, whatever mode the file was exported in (and predict runs them so).
+  // Errors: kIo, kModel.
   void save(const std::string& path) const;
 
   struct Impl;

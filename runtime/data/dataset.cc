@@ -76,13 +76,17 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name,
               features_name, "'");
     d.feature_name = features_name;
   } else {
+    std::vector<std::string> features;
     for (const auto& n : arrays.names())
-      if (n != labels_name) {
-        OMT_CHECK(d.feature_name.empty(), kInvalidArgument, "'", spec,
-                  "' holds several feature arrays ('", d.feature_name, "', '", n,
-                  "'); name the one to use");
-        d.feature_name = n;
-      }
+      if (n != labels_name) features.push_back(n);
+    if (features.size() > 1) {
+      std::string all;
+      for (const auto& n : features) all += (all.empty() ? "'" : ", '") + n + "'";
+      OMT_FAIL(kInvalidArgument, "'", spec, "' holds several feature arrays (", all,
+               "); name the one to use. A model with several inputs cannot be trained from the "
+               "command line yet (predict feeds each input from the array of its name).");
+    }
+    if (!features.empty()) d.feature_name = features[0];
     OMT_CHECK(!d.feature_name.empty(), kInvalidArgument, "'", spec, "' holds no feature array");
   }
   d.features = arrays.at(d.feature_name);
