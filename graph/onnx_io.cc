@@ -361,6 +361,33 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     a->set_i(1);
   }
   if (options.infer_shapes) {
+    // Note [Einsum shape inference]: ONNX 1.20's C++ shape inference of Einsum crashes
+    // (SIGSEGV) when two operands' ellipses cover different numbers of dimensions. Einsum
+    // nodes with an ellipsis in several operands are hidden from it in a private domain and
+    // restored after; their output shapes are then found at run time.
+    std::vector<int> hidden;
+    for (int i = 0; i < proto.graph().node_size(); ++i) {
+      auto* n = proto.mutable_graph()->mutable_node(i);
+      if (n->op_type() != "Einsum" || !is_default_domain(n->domain())) continue;
+      std::string equation;
+      for (const auto& a : n->attribute())
+        if (a.name() == "equation") equation = a.s();
+      const std::string lhs = equation.substr(0, equation.find("->"));
+      int with_ellipsis = 0;
+      for (size_t start = 0; start <= lhs.size();) {
+        const size_t comma = std::min(lhs.find(',', start), lhs.size());
+        with_ellipsis += lhs.substr(start, comma - start).find("...") != std::string::npos;
+        start = comma + 1;
+      }
+      if (with_ellipsis < 2) continue;
+      n->set_domain("com.onnx-mirror.hidden");
+      hidden.push_back(i);
+    }
+    if (!hidden.empty()) {
+      auto* o = proto.add_opset_import();
+      o->set_domain("com.onnx-mirror.hidden");
+      o->set_version(1);
+    }
     try {
       onnx::ShapeInferenceOptions si;
       si.check_type = false;
@@ -370,6 +397,8 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     } catch (const std::exception& e) {
       OMT_FAIL(kModel, "'", source, "': ONNX shape inference failed: ", e.what());
     }
+    for (int i : hidden) proto.mutable_graph()->mutable_node(i)->set_domain("");
+    if (!hidden.empty()) proto.mutable_opset_import()->RemoveLast();
   }
 
   Model model;

@@ -104,6 +104,38 @@ TEST(OnnxImport, OpsNewerThanTheCanonicalOpsetAreNamedWithTheirNodes) {
   }
 }
 
+// Note [Einsum shape inference]: ellipses of different ranks crash ONNX's own shape
+// inference; import must survive it and the node still runs.
+TEST(OnnxImport, EinsumWithEllipsesOfDifferentRanks) {
+  Model m;
+  m.opsets.push_back({"", kCanonicalOpset});
+  auto info = [](const char* name, Shape shape) {
+    ValueInfo v;
+    v.name = name;
+    v.dtype = DType::kFloat32;
+    v.shape.emplace();
+    for (int64_t d : shape) v.shape->push_back(Dim{d, ""});
+    return v;
+  };
+  m.graph.inputs = {info("a", {3, 4}), info("b", {2, 4, 2})};
+  m.graph.outputs = {info("y", {2, 3, 2})};
+  Node n;
+  n.name = "einsum";
+  n.op_type = "Einsum";
+  n.inputs = {"a", "b"};
+  n.outputs = {"y"};
+  n.attrs.set("equation", std::string("...ij,...jk->...ik"));
+  m.graph.nodes.push_back(n);
+  test::TempDir dir;
+  save_onnx(m, dir.file("einsum.onnx"));
+  auto loaded = std::make_shared<const Model>(load_onnx(dir.file("einsum.onnx")));
+  Session session(loaded);
+  NamedTensors feeds;
+  feeds.set("a", Tensor::zeros(DType::kFloat32, {3, 4}));
+  feeds.set("b", Tensor::zeros(DType::kFloat32, {2, 4, 2}));
+  EXPECT_EQ(session.run(feeds).at("y").shape(), (Shape{2, 3, 2}));
+}
+
 TEST(OnnxImport, MissingFileIsAnIoErrorNamingThePath) {
   try {
     load_onnx("/nonexistent/model.onnx");
