@@ -120,6 +120,7 @@ omt::TrainingSpec spec_of(const TrainerOptions& options) {
             "unknown batchnorm mode '", options.batchnorm, "': use batch (batch statistics, "
             "running ones updated, as torch's train()) or running (frozen running statistics)");
   spec.batchnorm_batch_statistics = options.batchnorm == "batch";
+  spec.class_axis = options.class_axis;
   spec.optimizer.kind = omt::parse_optimizer_kind(options.optimizer);
   spec.optimizer.momentum = options.momentum;
   spec.optimizer.dampening = options.dampening;

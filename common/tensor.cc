@@ -64,7 +64,7 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
              " on the host; download it with Backend::to_host first");
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) out[i] = static_cast<int64_t>(value_as_double(i));
-  if (dtype_ == DType::kInt64) std::memcpy(out.data(), data_, nbytes());  // exact for big values
+  if (dtype_ == DType::kInt64 && !out.empty()) std::memcpy(out.data(), data_, nbytes());  // exact for big values
   return out;
 }
 

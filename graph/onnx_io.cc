@@ -9,6 +9,12 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <set>
@@ -35,6 +41,67 @@ void copy_field(const Src& field, Dst* out, int64_t n, const std::string& what) 
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Dst>(field.Get(static_cast<int>(i)));
 }
 
+// A non-negative decimal integer of an external-data entry, or a model error.
+int64_t external_number(const std::string& text, const char* key, const std::string& what) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  OMT_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0, kModel, what,
+            ": external data '", key, "' is '", text, "', not a non-negative integer");
+  return v;
+}
+
+// Note [External data stays in the model's folder]: a tensor's external data is read from
+// a regular file inside the folder of the model file, named relatively without '..'
+// (symlinks leaving the folder refused too), and only the bytes the tensor needs, checked
+// against the file's real size first. Anything else is a model error (exit 3).
+void read_external_data(const std::string& base_dir, const std::string& location,
+                        const std::string& offset_text, const std::string& length_text, Tensor& t,
+                        const std::string& what) {
+  OMT_CHECK(!location.empty(), kModel, what, ": external data without a location");
+  OMT_CHECK(location[0] != '/', kModel, what, ": external data location '", location,
+            "' is an absolute path; it must name a file in the model's folder");
+  for (size_t start = 0; start <= location.size();) {
+    const size_t slash = std::min(location.find('/', start), location.size());
+    OMT_CHECK(location.compare(start, slash - start, "..") != 0, kModel, what, ": external data location '",
+              location, "' points outside the model's folder ('..'); it must name a file inside it");
+    start = slash + 1;
+  }
+  const int64_t offset = external_number(offset_text, "offset", what);
+  const int64_t need = static_cast<int64_t>(t.nbytes());
+  if (!length_text.empty()) {
+    const int64_t length = external_number(length_text, "length", what);
+    OMT_CHECK(length == need, kModel, what, ": external length ", length, " does not match its shape (",
+              need, " bytes)");
+  }
+  const std::string path = base_dir + "/" + location;
+  char dir_real[PATH_MAX], file_real[PATH_MAX];
+  OMT_CHECK(::realpath(base_dir.c_str(), dir_real) != nullptr && ::realpath(path.c_str(), file_real) != nullptr,
+            kModel, what, ": cannot open external data file '", path, "': ", std::strerror(errno));
+  const std::string dir_prefix = std::string(dir_real) + (std::string(dir_real) == "/" ? "" : "/");
+  OMT_CHECK(std::string(file_real).rfind(dir_prefix, 0) == 0, kModel, what, ": external data file '", location,
+            "' resolves to '", file_real, "', outside the model's folder '", dir_real, "'");
+  const int fd = ::open(file_real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  OMT_CHECK(fd >= 0, kModel, what, ": cannot open external data file '", path, "': ", std::strerror(errno));
+  struct stat st;
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!regular || offset > st.st_size || need > st.st_size - offset) {
+    ::close(fd);
+    OMT_CHECK(regular, kModel, what, ": external data '", location, "' is not a regular file");
+    OMT_FAIL(kModel, what, ": external data file '", location, "' has ", st.st_size, " bytes; the tensor needs ",
+             need, " from offset ", offset);
+  }
+  int64_t done = 0;
+  while (done < need) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(t.raw()) + done, static_cast<size_t>(need - done), offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += n;
+  }
+  ::close(fd);
+  OMT_CHECK(done == need, kModel, what, ": external data file '", location, "' ended after ", done, " of ", need,
+            " bytes");
+}
+
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir,
                          const std::string& source) {
   const std::string what = str_cat("tensor '", p.name(), "' in ", source);
@@ -57,21 +124,13 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
   Tensor t = Tensor::zeros(dtype, shape);
   const int64_t n = t.numel();
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    int64_t offset = 0, length = -1;
+    std::string location, offset_text = "0", length_text;
     for (const auto& kv : p.external_data()) {
       if (kv.key() == "location") location = kv.value();
-      if (kv.key() == "offset") offset = std::stoll(kv.value());
-      if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "offset") offset_text = kv.value();
+      if (kv.key() == "length") length_text = kv.value();
     }
-    OMT_CHECK(!location.empty(), kModel, what, ": external data without a location");
-    const std::string bytes = read_file_bytes(base_dir + "/" + location, "external tensor data");
-    const int64_t need = static_cast<int64_t>(t.nbytes());
-    OMT_CHECK(length < 0 || length == need, kModel, what, ": external length ", length,
-              " does not match its shape (", need, " bytes)");
-    OMT_CHECK(offset >= 0 && offset + need <= static_cast<int64_t>(bytes.size()), kModel, what,
-              ": external data file '", location, "' is too short");
-    std::memcpy(t.raw(), bytes.data() + offset, static_cast<size_t>(need));
+    read_external_data(base_dir, location, offset_text, length_text, t, what);
     return t;
   }
   if (p.has_raw_data()) {
@@ -142,7 +201,7 @@ void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* p) {
   }
 }
 
-void attributes_from_proto(const onnx::NodeProto& n, AttributeMap& attrs,
+void attributes_from_proto(const onnx::NodeProto& n, AttributeMap& attrs, const std::string& base_dir,
                            const std::string& source) {
   using A = onnx::AttributeProto;
   for (const auto& a : n.attribute()) {
@@ -156,7 +215,7 @@ void attributes_from_proto(const onnx::NodeProto& n, AttributeMap& attrs,
         attrs.set(a.name(), std::vector<std::string>(a.strings().begin(), a.strings().end()));
         break;
       case A::TENSOR:
-        attrs.set(a.name(), tensor_from_proto(a.t(), ".", source));
+        attrs.set(a.name(), tensor_from_proto(a.t(), base_dir, source));
         break;
       default:
         // Subgraphs (If, Loop, Scan) and sparse tensors: the op has no kernel here, and the
@@ -263,7 +322,7 @@ Graph graph_from_proto(const onnx::GraphProto& g, const std::string& base_dir,
     node.domain = is_default_domain(n.domain()) ? "" : n.domain();
     node.inputs.assign(n.input().begin(), n.input().end());
     node.outputs.assign(n.output().begin(), n.output().end());
-    attributes_from_proto(n, node.attrs, source);
+    attributes_from_proto(n, node.attrs, base_dir, source);
     graph.nodes.push_back(std::move(node));
   }
   topological_sort(graph);
@@ -302,8 +361,15 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
             ". Export with opset_version=", kCanonicalOpset,
             " (torch.onnx.export(..., opset_version=", kCanonicalOpset,
             ")), or rebuild onnx-mirror with a newer ONNX (scripts/install-onnx.sh).");
+  // The checker resolves external data against the model's folder only when given the
+  // file's path (it then parses the file again); from a ModelProto it would look in the
+  // working directory. Note [External data stays in the model's folder].
+  bool external = false;
+  for (const auto& init : proto.graph().initializer())
+    external |= init.data_location() == onnx::TensorProto::EXTERNAL;
   try {
-    onnx::checker::check_model(proto);
+    if (external && file_exists(source)) onnx::checker::check_model(source);
+    else onnx::checker::check_model(proto);
   } catch (const std::exception& e) {
     OMT_FAIL(kModel, "'", source, "' fails ONNX's model checker: ", e.what());
   }

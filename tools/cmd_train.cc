@@ -30,6 +30,7 @@ struct TrainArgs {
   std::string model, data, output;
   std::string labels = "labels", loss, model_output;  // loss "": chosen from the labels' dtype
   std::string train_regex, freeze_regex, batchnorm = "batch";
+  int class_axis = -1;
   std::string optimizer = "sgd";
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
@@ -62,6 +63,8 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--batchnorm", a.batchnorm,
                   "batch (default: batch statistics, running ones updated, as torch's train()) | "
                   "running (frozen running statistics, as in inference)");
+  sub->add_option("--class-axis", a.class_axis,
+                  "class losses: the output axis holding the classes (default -1, the last; 1 for [N,C,H,W])");
   if (!with_optimizer) return;
   sub->add_option("--optimizer", a.optimizer, "sgd | adam | adamw");
   sub->add_option("--lr", a.lr, "learning rate");
@@ -83,6 +86,7 @@ onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
   o.train_regex = a.train_regex;
   o.freeze_regex = a.freeze_regex;
   o.batchnorm = a.batchnorm;
+  o.class_axis = a.class_axis;
   o.optimizer = a.optimizer;
   o.lr = a.lr;
   o.momentum = a.momentum;

@@ -49,6 +49,9 @@ struct TrainerOptions {
   // trains with batch statistics and updates the running ones (torch's train()); "running"
   // normalises with the stored running statistics and leaves them unchanged.
   std::string batchnorm = "batch";
+  // Class losses: the output axis holding the classes; -1 = the last ([B, T, C] token logits
+  // with labels [B, T]; axis 1 of an [N, C] output). Pass 1 for [N, C, H, W].
+  int class_axis = -1;
   int replicas = 1;            // local replicas (threads), each with a share of every batch
   int threads_per_replica = 1;
   int64_t bucket_cap_bytes = 25 << 20;   // all-reduce bucket size cap

@@ -2,6 +2,8 @@
 #include "graph/onnx_io.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/file_util.h"
 #include "runtime/data/npy.h"
@@ -134,6 +136,42 @@ TEST(OnnxImport, EinsumWithEllipsesOfDifferentRanks) {
   feeds.set("a", Tensor::zeros(DType::kFloat32, {3, 4}));
   feeds.set("b", Tensor::zeros(DType::kFloat32, {2, 4, 2}));
   EXPECT_EQ(session.run(feeds).at("y").shape(), (Shape{2, 3, 2}));
+}
+
+// Note [External data stays in the model's folder]: external data resolves against the
+// model file's folder (whatever the working directory), and nothing outside it, nothing
+// that is not a regular file and nothing past a file's end is read.
+TEST(OnnxImport, ExternalDataIsReadFromTheModelsFolderOnly) {
+  const std::string dir = source_path("tests/data/external/");
+  const Model good = load_onnx(dir + "good.onnx");
+  const Tensor& w = good.graph.initializers.at("w");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(w.data<float>()[i], static_cast<float>(i + 1));
+
+  auto expect_refused = [](const std::string& path, const std::string& says) {
+    try {
+      load_onnx(path);
+      ADD_FAILURE() << path << " imported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(dir + "absolute.onnx", "absolute path");
+  expect_refused(dir + "dotdot.onnx", "outside");  // ONNX's checker or onnx-mirror: both refuse
+  expect_refused(dir + "huge_offset.onnx", "from offset 9223372036854775000");
+  expect_refused(dir + "garbage_offset.onnx", "'12abc', not a non-negative integer");
+
+  test::TempDir tmp;
+  const std::string model = read_file_bytes(dir + "good.onnx");
+  write_file_atomic(tmp.file("m.onnx"), model);
+  ASSERT_EQ(::symlink("/etc/passwd", tmp.file("w.bin").c_str()), 0);
+  expect_refused(tmp.file("m.onnx"), "outside the model's folder");
+  ASSERT_EQ(::unlink(tmp.file("w.bin").c_str()), 0);
+  ASSERT_EQ(::mkfifo(tmp.file("w.bin").c_str(), 0600), 0);
+  expect_refused(tmp.file("m.onnx"), "regular file");  // and no hang
+  ASSERT_EQ(::unlink(tmp.file("w.bin").c_str()), 0);
+  write_file_atomic(tmp.file("w.bin"), std::string(8, '\0'));
+  expect_refused(tmp.file("m.onnx"), "has 8 bytes; the tensor needs 16");
 }
 
 TEST(OnnxImport, MissingFileIsAnIoErrorNamingThePath) {
