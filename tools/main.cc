@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     return omt::tools::run_selected(app);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints help (exit 0) or the parse error; every bad argument exits 2, as documented.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const onnx_mirror::Error& e) {
     std::cerr << "onnx-mirror-train: " << onnx_mirror::error_kind_name(e.kind()) << ": " << e.what() << "\n";
     return exit_code(e.kind());

@@ -68,6 +68,18 @@ TEST(TrainCli, GradWritesLossAndOneGradientPerParameter) {
     EXPECT_TRUE(test::tensors_close(grads.at(p), ref.at(std::string("grad/") + p), 1e-4, 1e-5)) << p;
 }
 
+// Every argument CLI11 cannot parse exits 2, the documented code for bad arguments; --help 0.
+TEST(TrainCli, ParseErrorsExitTwo) {
+  const std::string mlp = source_path("models/mlp.onnx");
+  for (const std::string& args : {"train " + mlp + " --data fashion-mnist --epochs abc",
+                                  "train " + mlp + " --data fashion-mnist --no-such-option", std::string("frobnicate"),
+                                  std::string("")}) {
+    const auto r = run_tool(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ":\n" << r.output;
+  }
+  EXPECT_EQ(run_tool("train --help").exit_code, 0);
+}
+
 TEST(TrainCli, TrainingErrorsNameTheProblem) {
   test::TempDir dir;
   const NamedTensors ref = read_npz(source_path("tests/reference/mlp.npz"));
