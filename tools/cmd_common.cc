@@ -2,6 +2,12 @@
 
 #include "tools/commands.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
 namespace omt::tools {
 
 namespace {
@@ -17,6 +23,58 @@ int run_selected(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands())
     if (auto it = actions().find(sub); it != actions().end()) return it->second();
   return 1;
+}
+
+namespace {
+
+bool parse_double(const std::string& s, double& v) {
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size() && std::isfinite(v);
+}
+
+bool parse_int(const std::string& s, int64_t& v) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+}
+
+}  // namespace
+
+CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_double(s, v) || v < lo || v > hi)
+          return "'" + s + "' is not a finite number in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]";
+        return "";
+      },
+      "NUMBER in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]");
+}
+
+CLI::Validator finite_at_least(double lo) {
+  return CLI::Validator(
+      [lo](std::string& s) -> std::string {
+        double v = 0;
+        if (!parse_double(s, v) || v < lo) return "'" + s + "' is not a finite number >= " + CLI::detail::to_string(lo);
+        return "";
+      },
+      "NUMBER >= " + CLI::detail::to_string(lo));
+}
+
+CLI::Validator count_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        int64_t v = 0;
+        if (!parse_int(s, v) || v < lo || v > hi)
+          return "'" + s + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        return "";
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator machine_count(bool zero_means_auto) {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return count_in(zero_means_auto ? 0 : 1, 8 * cores);
 }
 
 }  // namespace omt::tools

@@ -69,8 +69,8 @@ void register_eval(CLI::App& app) {
   sub->add_option("--data", a->data, "fashion-mnist[:test|:train], IMAGES,LABELS IDX files, or DATA.npz");
   sub->add_option("--labels", a->labels, "label array name in an .npz (integers: classes; floats: regression targets)");
   sub->add_option("--loss", a->loss, "for a regression, the loss to report besides mse and mae: l1 | bce_with_logits");
-  sub->add_option("--replicas", a->replicas, "local replicas the data is split across");
-  sub->add_option("--threads", a->threads, "threads per replica");
+  sub->add_option("--replicas", a->replicas, "local replicas the data is split across")->check(machine_count(false));
+  sub->add_option("--threads", a->threads, "threads per replica")->check(machine_count(true));
   sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");
   sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");
   sub->add_option("--mean", a->mean, "normalise inputs: (x - mean) / std");

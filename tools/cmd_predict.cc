@@ -116,7 +116,8 @@ void register_predict(CLI::App& app) {
   sub->add_option("--output", a->output, "OUT.npz: one array per graph output, by name");
   sub->add_option("--replicas", a->replicas, "local replicas the batch is split across")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--threads", a->threads, "threads per replica (default: cores / replicas)");
+  sub->add_option("--threads", a->threads, "threads per replica (default: cores / replicas)")
+      ->check(machine_count(true));
   sub->add_option("--batch", a->batch, "samples per run (0: all at once)");
   sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");
   set_action(sub, [a] { return run_predict(*a); });

@@ -67,14 +67,15 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "class losses: the output axis holding the classes (default -1, the last; 1 for [N,C,H,W])");
   if (!with_optimizer) return;
   sub->add_option("--optimizer", a.optimizer, "sgd | adam | adamw");
-  sub->add_option("--lr", a.lr, "learning rate");
-  sub->add_option("--momentum", a.momentum, "SGD momentum");
-  sub->add_option("--dampening", a.dampening, "SGD dampening");
+  sub->add_option("--lr", a.lr, "learning rate")->check(finite_at_least(0));
+  sub->add_option("--momentum", a.momentum, "SGD momentum")->check(finite_in(0, 1));
+  sub->add_option("--dampening", a.dampening, "SGD dampening")->check(finite_in(0, 1));
   sub->add_flag("--nesterov", a.nesterov, "SGD with Nesterov momentum");
-  sub->add_option("--weight-decay", a.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)");
-  sub->add_option("--beta1", a.beta1, "Adam beta1");
-  sub->add_option("--beta2", a.beta2, "Adam beta2");
-  sub->add_option("--eps", a.eps, "Adam epsilon");
+  sub->add_option("--weight-decay", a.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
+      ->check(finite_at_least(0));
+  sub->add_option("--beta1", a.beta1, "Adam beta1")->check(finite_in(0, 0.999999));
+  sub->add_option("--beta2", a.beta2, "Adam beta2")->check(finite_in(0, 0.999999));
+  sub->add_option("--eps", a.eps, "Adam epsilon")->check(finite_in(1e-30, 1));
 }
 
 onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
@@ -372,7 +373,7 @@ void register_train(CLI::App& app) {
     add_model_options(sub, *a, false);
     sub->add_option("--data", a->data, "BATCH.npz: one array per model input plus the labels")->required();
     sub->add_option("--output", a->output, "GRADS.npz: 'loss' and one array per parameter")->required();
-    sub->add_option("--threads", a->threads, "threads");
+    sub->add_option("--threads", a->threads, "threads")->check(machine_count(true));
     sub->add_option("--device", a->device, "cpu | cuda (GPU 0)");
     set_action(sub, [a] { return run_grad(*a); });
   }
@@ -382,36 +383,44 @@ void register_train(CLI::App& app) {
     add_model_options(sub, *a, true);
     sub->add_option("--data", a->data, "fashion-mnist[:train], IMAGES,LABELS IDX files, or DATA.npz (features + labels)")->required();
     sub->add_option("--val", a->val, "validation data (default for fashion-mnist: its test split)");
-    sub->add_option("--epochs", a->epochs, "passes over the data");
-    sub->add_option("--steps", a->steps, "stop after this many optimizer steps (overrides --epochs)");
-    sub->add_option("--global-batch", a->global_batch, "samples per step over all replicas");
+    sub->add_option("--epochs", a->epochs, "passes over the data")->check(count_in(1, int64_t{1} << 40));
+    sub->add_option("--steps", a->steps, "stop after this many optimizer steps (overrides --epochs)")
+        ->check(count_in(0, int64_t{1} << 40));
+    sub->add_option("--global-batch", a->global_batch, "samples per step over all replicas")
+        ->check(count_in(1, int64_t{1} << 40));
     sub->add_option("--lr-schedule", a->lr_schedule, "constant | step:EVERY:GAMMA | cosine[:MIN_LR]");
-    sub->add_option("--warmup-steps", a->warmup_steps, "linear learning-rate warm-up steps");
-    sub->add_option("--replicas", a->replicas, "local replicas (threads) per process");
-    sub->add_option("--nproc", a->nproc, "processes on this host (each with --replicas replicas)");
-    sub->add_option("--collectives", a->collectives, "gloo | nccl");
+    sub->add_option("--warmup-steps", a->warmup_steps, "linear learning-rate warm-up steps")
+        ->check(count_in(0, int64_t{1} << 40));
+    sub->add_option("--replicas", a->replicas, "local replicas (threads) per process")->check(machine_count(false));
+    sub->add_option("--nproc", a->nproc, "processes on this host (each with --replicas replicas)")
+        ->check(machine_count(false));
+    sub->add_option("--collectives", a->collectives, "gloo | nccl")->check(CLI::IsMember({"gloo", "nccl"}));
     sub->add_option("--device", a->device, "cpu | cuda (one GPU per replica: --replicas N uses GPUs 0..N-1)");
     sub->add_option("--seed", a->seed, "seed of the data order");
     sub->add_flag("--no-shuffle", a->no_shuffle, "keep the data order");
     sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");
     sub->add_option("--mean", a->mean, "normalise inputs: (x - mean) / std");
     sub->add_option("--std", a->std, "normalise inputs: (x - mean) / std");
-    sub->add_option("--bucket-cap-mb", a->bucket_cap_mb, "gradient bucket size cap");
-    sub->add_option("--first-bucket-mb", a->first_bucket_mb, "size of the first (earliest) bucket");
+    sub->add_option("--bucket-cap-mb", a->bucket_cap_mb, "gradient bucket size cap")->check(finite_in(0.001, 1 << 20));
+    sub->add_option("--first-bucket-mb", a->first_bucket_mb, "size of the first (earliest) bucket")
+        ->check(finite_in(0.001, 1 << 20));
     sub->add_flag("--no-overlap", a->no_overlap, "all-reduce only after the whole backward");
     sub->add_flag("--explain-buckets", a->explain_buckets, "print the bucket plan");
-    sub->add_option("--check-every", a->check_every, "compare parameter checksums across replicas every K steps");
-    sub->add_option("--timeout", a->timeout_s, "seconds before a silent peer is an error");
+    sub->add_option("--check-every", a->check_every, "compare parameter checksums across replicas every K steps")
+        ->check(count_in(0, int64_t{1} << 40));
+    sub->add_option("--timeout", a->timeout_s, "seconds before a silent peer is an error")->check(finite_in(0.1, 1e6));
     sub->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
-    sub->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints");
-    sub->add_option("--keep-checkpoints", a->keep_checkpoints, "checkpoints kept");
+    sub->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints")
+        ->check(count_in(0, int64_t{1} << 40));
+    sub->add_option("--keep-checkpoints", a->keep_checkpoints, "checkpoints kept")->check(count_in(1, 1000000));
     sub->add_option("--resume", a->resume, "checkpoint folder or file to continue from");
     sub->add_option("--metrics", a->metrics, "run.jsonl: one JSON object per step and per epoch");
     sub->add_option("--report", a->report, "report.html: a self-contained page with plots");
     sub->add_option("--trace", a->trace, "trace.json: Chrome-trace timeline of kernels, all-reduces and waits");
     sub->add_flag("--compare-single", a->compare_single, "measure a short 1-replica run for the speed-up");
     sub->add_option("--output", a->output, "TRAINED.onnx: the inference model with trained parameters");
-    sub->add_option("--threads", a->threads, "kernel threads per replica (default: cores / replicas)");
+    sub->add_option("--threads", a->threads, "kernel threads per replica (default: cores / replicas)")
+        ->check(machine_count(true));
     set_action(sub, [a] { return run_train(*a, g_argv); });
   }
   {

@@ -25,6 +25,15 @@ template <class... Parts>
   throw onnx_mirror::Error(kind, os.str());
 }
 
+// Argument ranges, checked while parsing (a violation exits 2 naming the option). NaN and
+// infinities never pass a number check.
+CLI::Validator finite_at_least(double lo);             // a finite number >= lo
+CLI::Validator finite_in(double lo, double hi);        // a finite number in [lo, hi]
+CLI::Validator count_in(int64_t lo, int64_t hi);       // an integer in [lo, hi]
+// Threads, replicas and processes: at least 1 (0 too where it means "choose"), at most 8 per
+// core of this machine.
+CLI::Validator machine_count(bool zero_means_auto);
+
 // The process's argv (for --nproc, which starts copies of this process).
 extern char** g_argv;
 

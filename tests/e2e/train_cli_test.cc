@@ -78,6 +78,16 @@ TEST(TrainCli, ParseErrorsExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << args << ":\n" << r.output;
   }
   EXPECT_EQ(run_tool("train --help").exit_code, 0);
+  // Out of range: each named, before anything is loaded.
+  const std::string train = "train " + mlp + " --data fashion-mnist --steps 1 ";
+  for (const char* bad : {"--epochs -1", "--steps -1", "--nproc 0", "--threads -1", "--threads 100000",
+                          "--replicas 100000", "--momentum -1", "--bucket-cap-mb nan", "--lr inf",
+                          "--keep-checkpoints 0", "--collectives foo", "--global-batch 0"}) {
+    const auto r = run_tool(train + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ":\n" << r.output;
+    const std::string option = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(r.output.find(option), std::string::npos) << bad << ":\n" << r.output;
+  }
 }
 
 TEST(TrainCli, TrainingErrorsNameTheProblem) {
