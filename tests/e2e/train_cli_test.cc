@@ -2,6 +2,8 @@
 // export-training-graph and eval on small real data (a slice of Fashion-MNIST), resume,
 // multi-process worlds, a dead peer, traces, and the errors users hit. Label: slow.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,6 +89,37 @@ TEST(TrainCli, ParseErrorsExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << bad << ":\n" << r.output;
     const std::string option = std::string(bad).substr(0, std::string(bad).find(' '));
     EXPECT_NE(r.output.find(option), std::string::npos) << bad << ":\n" << r.output;
+  }
+}
+
+// `grad` on today's exports through the CLI: BERT's three inputs and GPT-2's token labels
+// [B, T] (class axis last) from one NPZ, against torch 2.15 (tests/data/modern).
+TEST(TrainCli, GradOfDynamoExportsMatchesTorch) {
+  for (const char* model : {"bert", "gpt2"}) {
+    test::TempDir dir;
+    const std::string base = source_path(std::string("tests/data/modern/") + model);
+    const NamedTensors ref = read_npz(base + "_ref.npz");
+    NamedTensors batch;
+    for (const char* name : {"input_ids", "attention_mask", "token_type_ids", "labels"})
+      if (ref.has(name)) batch.set(name, ref.at(name));
+    write_npz(dir.file("batch.npz"), batch);
+    const auto r = run_tool("grad " + base + "_dynamo.onnx --data " + dir.file("batch.npz") +
+                            " --labels labels --output " + dir.file("grads.npz"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const NamedTensors grads = read_npz(dir.file("grads.npz"));
+    EXPECT_NEAR(grads.at("loss").value_as_double(0), ref.at("loss").value_as_double(0), 1e-4);
+    int compared = 0;
+    for (const auto& name : grads.names()) {
+      if (name == "loss" || !ref.has("grad/" + name)) continue;
+      const Tensor& want = ref.at("grad/" + name);
+      const Tensor& got = grads.at(name);
+      ASSERT_EQ(got.shape(), want.shape()) << name;
+      for (int64_t i = 0; i < got.numel(); ++i)
+        ASSERT_LE(std::fabs(got.value_as_double(i) - want.value_as_double(i)), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
+            << model << " " << name << "[" << i << "]";
+      ++compared;
+    }
+    EXPECT_GE(compared, 20) << model;
   }
 }
 
