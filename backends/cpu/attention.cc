@@ -26,12 +26,6 @@
 namespace omt::cpu {
 namespace {
 
-const Tensor* optional(const KernelContext& ctx, int i) {
-  if (i >= ctx.num_inputs()) return nullptr;
-  const Tensor* t = ctx.input(i);
-  return t && t->defined() ? t : nullptr;
-}
-
 // [B, S, H * D] -> [B, H, S, D] (split) or back (merge).
 template <class T>
 void split_heads(const T* x, T* y, int64_t B, int64_t S, int64_t H, int64_t D) {
@@ -213,7 +207,7 @@ class AttentionKernel final : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2);
-    const Tensor *mask = optional(ctx, 3), *pk = optional(ctx, 4), *pv = optional(ctx, 5);
+    const Tensor *mask = optional_input(ctx, 3), *pk = optional_input(ctx, 4), *pv = optional_input(ctx, 5);
     const AttentionDims d = attention_dims(a_, q, k, v, mask, pk, pv, info_.where());
     const DType dt = q.dtype();
     auto used = [&](int i) { return i < ctx.num_outputs() && ctx.output_used(i); };
@@ -252,7 +246,7 @@ class AttentionGradKernel final : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     const Tensor &dy = ctx.in(0), &q = ctx.in(1), &k = ctx.in(2), &v = ctx.in(3);
-    const Tensor *mask = optional(ctx, 4), *pk = optional(ctx, 5), *pv = optional(ctx, 6);
+    const Tensor *mask = optional_input(ctx, 4), *pk = optional_input(ctx, 5), *pv = optional_input(ctx, 6);
     const AttentionDims d = attention_dims(a_, q, k, v, mask, pk, pv, info_.where());
     OMT_CHECK(dy.shape() == d.y() && dy.dtype() == q.dtype(), kModel, info_.where(), ": AttentionGrad dY ",
               dy.describe(), " does not match Y ", shape_str(d.y()));

@@ -32,6 +32,19 @@ struct KernelRegistrar {
       })
 #define OMT_REGISTER_CPU_KERNEL(op, KernelClass) OMT_REGISTER_CPU_KERNEL_DOMAIN("", op, KernelClass)
 
+// Input i, or nullptr where the node omits it (past its inputs, or an empty optional input).
+inline const Tensor* optional_input(const KernelContext& ctx, int i) {
+  const Tensor* t = i < ctx.num_inputs() ? ctx.input(i) : nullptr;
+  return t && t->defined() ? t : nullptr;
+}
+
+// Whether a backward kernel must write output i: the node has it, this run reads it and the
+// plan did not mark it unused (info.output_used).
+inline bool output_wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
+  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
+  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
+}
+
 // The node's auto_pad attribute (convolutions and pooling), checked: NOTSET (the default),
 // SAME_UPPER, SAME_LOWER or VALID; model error naming the node otherwise.
 std::string read_auto_pad(const KernelInfo& info);

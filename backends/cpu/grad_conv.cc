@@ -17,11 +17,6 @@ int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-bool wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
 // A primitive argument in the primitive's preferred layout, reordered from/to the plain
 // layout of the tensor that holds it when the two differ.
 struct Port {
@@ -91,9 +86,9 @@ class ConvGradKernel : public OpKernel {
     OMT_CHECK(dy.shape() == out, kModel, info_.where(), ": dY is ", shape_str(dy.shape()),
               " but the convolution's output is ", shape_str(out));
 
-    Tensor* dx = wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
-    Tensor* dw = wanted(info_, ctx, 1) ? &ctx.output(1, w.dtype(), w.shape()) : nullptr;
-    Tensor* db = wanted(info_, ctx, 2) ? &ctx.output(2, w.dtype(), {m}) : nullptr;
+    Tensor* dx = output_wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
+    Tensor* dw = output_wanted(info_, ctx, 1) ? &ctx.output(1, w.dtype(), w.shape()) : nullptr;
+    Tensor* db = output_wanted(info_, ctx, 2) ? &ctx.output(2, w.dtype(), {m}) : nullptr;
     if (thin_weight_grad(dy, x, w, s, d, pb, dx, dw, db)) return;
     if (db) {
       OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()),

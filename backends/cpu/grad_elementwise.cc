@@ -79,12 +79,6 @@ void require_same_dtype(const KernelInfo& info, const Tensor& a, const Tensor& b
             ", expected dtype ", dtype_name(a.dtype()), " like the gradient ", a.describe());
 }
 
-// Whether output i is read by anything (KernelInfo knows; the context only knows it is named).
-bool output_wanted(const KernelInfo& info, KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
 // ---- SumToShape(grad, like) -> grad summed over the dimensions broadcast to reach its shape ----
 
 class SumToShapeKernel final : public OpKernel {

@@ -13,16 +13,6 @@
 namespace omt::cpu {
 namespace {
 
-bool wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
-const Tensor* optional_input(const KernelContext& ctx, int i) {
-  const Tensor* t = i < ctx.num_inputs() ? ctx.input(i) : nullptr;
-  return t && t->defined() ? t : nullptr;
-}
-
 enum class Reduction { kNone, kSum, kMean };
 
 // The forward loss's reduction and ignore_index, and the [N, C, D] view of its input.
@@ -241,8 +231,8 @@ class BCEWithLogitsLossGradKernel : public OpKernel {
     check_bce_inputs(info_, x, t);
     OMT_CHECK(dy.numel() == 1 && dy.dtype() == x.dtype(), kModel, info_.where(),
               ": dY must be a scalar ", dtype_name(x.dtype()), ", got ", dy.describe());
-    Tensor* dx = wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
-    Tensor* dt = wanted(info_, ctx, 1) ? &ctx.output(1, x.dtype(), x.shape()) : nullptr;
+    Tensor* dx = output_wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
+    Tensor* dt = output_wanted(info_, ctx, 1) ? &ctx.output(1, x.dtype(), x.shape()) : nullptr;
     OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), {
       const T* px = x.data<T>();
       const T* pt = t.data<T>();

@@ -14,11 +14,6 @@ namespace omt::cpu {
 namespace {
 
 // Whether output i is read by the graph (known when the plan is built).
-bool wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
 // MatMulGrad(dY, A, B) -> dA, dB for Y = MatMul(A, B).
 class MatMulGradKernel : public OpKernel {
  public:
@@ -47,8 +42,8 @@ class MatMulGradKernel : public OpKernel {
     d.batch = broadcast_shapes({d.batch_a, d.batch_b}, info_.where());
     OMT_CHECK(dy.numel() == shape_numel(d.batch) * d.m * d.n, kModel, info_.where(), ": dY ",
               dy.describe(), " does not match MatMul(", a.describe(), ", ", b.describe(), ")");
-    Tensor* da = wanted(info_, ctx, 0) ? &ctx.output(0, a.dtype(), a.shape()) : nullptr;
-    Tensor* db = wanted(info_, ctx, 1) ? &ctx.output(1, b.dtype(), b.shape()) : nullptr;
+    Tensor* da = output_wanted(info_, ctx, 0) ? &ctx.output(0, a.dtype(), a.shape()) : nullptr;
+    Tensor* db = output_wanted(info_, ctx, 1) ? &ctx.output(1, b.dtype(), b.shape()) : nullptr;
     dnnl_set_num_threads(info_.num_threads);
     OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()),
                        run<T>(d, dy.data<T>(), a.data<T>(), b.data<T>(),

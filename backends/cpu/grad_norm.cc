@@ -13,16 +13,6 @@
 namespace omt::cpu {
 namespace {
 
-bool wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
-const Tensor* optional_input(const KernelContext& ctx, int i) {
-  const Tensor* t = i < ctx.num_inputs() ? ctx.input(i) : nullptr;
-  return t && t->defined() ? t : nullptr;
-}
-
 // Mean and biased variance of channel `ch` of x viewed as [n, c, inner].
 template <class T>
 void channel_moments(const T* x, int64_t n, int64_t c, int64_t inner, int64_t ch, double& mean,
@@ -96,10 +86,10 @@ class BatchNormTrainingKernel : public OpKernel {
     const T* rv = ctx.in(4).data<T>();
     const Shape cs{v.c};
     T* y = ctx.output(0, x.dtype(), x.shape()).template data<T>();
-    T* rm_new = wanted(info_, ctx, 1) ? ctx.output(1, x.dtype(), ctx.in(3).shape()).template data<T>() : nullptr;
-    T* rv_new = wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), ctx.in(4).shape()).template data<T>() : nullptr;
-    T* saved_mean = wanted(info_, ctx, 3) ? ctx.output(3, x.dtype(), cs).template data<T>() : nullptr;
-    T* saved_inv = wanted(info_, ctx, 4) ? ctx.output(4, x.dtype(), cs).template data<T>() : nullptr;
+    T* rm_new = output_wanted(info_, ctx, 1) ? ctx.output(1, x.dtype(), ctx.in(3).shape()).template data<T>() : nullptr;
+    T* rv_new = output_wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), ctx.in(4).shape()).template data<T>() : nullptr;
+    T* saved_mean = output_wanted(info_, ctx, 3) ? ctx.output(3, x.dtype(), cs).template data<T>() : nullptr;
+    T* saved_inv = output_wanted(info_, ctx, 4) ? ctx.output(4, x.dtype(), cs).template data<T>() : nullptr;
     const T* px = x.data<T>();
     const double count = static_cast<double>(v.n * v.inner), m = momentum_;
     for (int64_t ch = 0; ch < v.c; ++ch) {
@@ -148,9 +138,9 @@ class BatchNormTrainingGradKernel : public OpKernel {
     const Tensor* si = optional_input(ctx, 4);
     const bool saved = sm && si;
     const Shape cs = ctx.in(2).shape();
-    T* dx = wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
-    T* dscale = wanted(info_, ctx, 1) ? ctx.output(1, x.dtype(), cs).template data<T>() : nullptr;
-    T* db = wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), cs).template data<T>() : nullptr;
+    T* dx = output_wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
+    T* dscale = output_wanted(info_, ctx, 1) ? ctx.output(1, x.dtype(), cs).template data<T>() : nullptr;
+    T* db = output_wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), cs).template data<T>() : nullptr;
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
     const double count = static_cast<double>(v.n * v.inner);
@@ -222,7 +212,7 @@ class BatchNormInferenceGradKernel : public OpKernel {
                               &ctx.in(4).shape()};
     T* out[5] = {};
     for (int i = 0; i < 5; ++i)
-      if (wanted(info_, ctx, i)) out[i] = ctx.output(i, x.dtype(), *shapes[i]).template data<T>();
+      if (output_wanted(info_, ctx, i)) out[i] = ctx.output(i, x.dtype(), *shapes[i]).template data<T>();
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
     for (int64_t ch = 0; ch < v.c; ++ch) {
@@ -298,8 +288,8 @@ class LayerNormGradKernel : public OpKernel {
     const T* ps = scale_t.data<T>();
     for_each_broadcast<1>(inner_shape, {scale_t.shape()},
                           [&](int64_t o, const int64_t* offs) { scale[o] = ps[offs[0]]; });
-    T* dx = wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
-    const bool want_ds = wanted(info_, ctx, 1), want_db = wanted(info_, ctx, 2) && b_t;
+    T* dx = output_wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
+    const bool want_ds = output_wanted(info_, ctx, 1), want_db = output_wanted(info_, ctx, 2) && b_t;
     std::vector<T>& ds = buffer<T>(1, want_ds ? inner : 0);
     std::vector<T>& dbias = buffer<T>(2, want_db ? inner : 0);
     std::fill(ds.begin(), ds.end(), T(0));

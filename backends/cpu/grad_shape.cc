@@ -33,12 +33,6 @@ Tensor& zero_output(KernelContext& ctx, DType dtype, const Shape& shape) {
   return out;
 }
 
-// Whether output i is read by anything (KernelInfo knows; the context only knows it is named).
-bool output_wanted(const KernelInfo& info, KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
 template <class Fn>
 void with_indices(const KernelInfo& info, const Tensor& indices, Fn fn) {
   switch (indices.dtype()) {

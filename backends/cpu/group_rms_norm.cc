@@ -12,16 +12,6 @@
 namespace omt::cpu {
 namespace {
 
-bool wanted(const KernelInfo& info, const KernelContext& ctx, int i) {
-  if (i >= ctx.num_outputs() || !ctx.output_used(i)) return false;
-  return i >= static_cast<int>(info.output_used.size()) || info.output_used[i];
-}
-
-const Tensor* optional_input(const KernelContext& ctx, int i) {
-  const Tensor* t = i < ctx.num_inputs() ? ctx.input(i) : nullptr;
-  return t && t->defined() ? t : nullptr;
-}
-
 bool read_stash_float(const KernelInfo& info) {
   const int64_t s = info.attr().get_int("stash_type", 1);
   OMT_CHECK(s == static_cast<int64_t>(DType::kFloat32) || s == static_cast<int64_t>(DType::kFloat64), kUnsupported,
@@ -138,8 +128,8 @@ class GroupNormGradKernel final : public OpKernel {
   template <class T>
   void run(KernelContext& ctx, const Tensor& dyt, const Tensor& x, const GroupView& v) {
     const T* scale = ctx.in(2).data<T>();
-    T* dx = wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
-    const bool want_ds = wanted(info_, ctx, 1), want_db = wanted(info_, ctx, 2);
+    T* dx = output_wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
+    const bool want_ds = output_wanted(info_, ctx, 1), want_db = output_wanted(info_, ctx, 2);
     std::vector<double> ds(static_cast<size_t>(v.c), 0.0), db(static_cast<size_t>(v.c), 0.0);
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
@@ -283,8 +273,8 @@ class RmsNormGradKernel final : public OpKernel {
   void run(KernelContext& ctx, const Tensor& dyt, const Tensor& x, const RowView& v) {
     const Tensor& scale_t = ctx.in(2);
     const std::vector<T> scale = broadcast_scale<T>(scale_t, v);
-    T* dx = wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
-    const bool want_ds = wanted(info_, ctx, 1);
+    T* dx = output_wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
+    const bool want_ds = output_wanted(info_, ctx, 1);
     std::vector<double> ds(static_cast<size_t>(want_ds ? v.inner : 0), 0.0);
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();

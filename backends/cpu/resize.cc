@@ -12,12 +12,6 @@
 namespace omt::cpu {
 namespace {
 
-const Tensor* optional(const KernelContext& ctx, int i) {
-  if (i >= ctx.num_inputs()) return nullptr;
-  const Tensor* t = ctx.input(i);
-  return t && t->defined() ? t : nullptr;
-}
-
 // [outer, t.in, inner] -> [outer, t.out, inner].
 template <class T>
 void gather_axis(const ResizeAxisTaps& t, const T* x, T* y, int64_t outer, int64_t inner) {
@@ -162,7 +156,7 @@ class ResizeKernel final : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
-    const ResizePlan p = make_resize_plan(a_, x.shape(), optional(ctx, 1), optional(ctx, 2), optional(ctx, 3),
+    const ResizePlan p = make_resize_plan(a_, x.shape(), optional_input(ctx, 1), optional_input(ctx, 2), optional_input(ctx, 3),
                                           info_.where());
     if (is_half(x.dtype())) {
       Tensor yf = Tensor::empty(DType::kFloat32, p.out_shape);
@@ -192,7 +186,7 @@ class ResizeGradKernel final : public OpKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    const ResizePlan p = make_resize_plan(a_, x.shape(), optional(ctx, 2), optional(ctx, 3), optional(ctx, 4),
+    const ResizePlan p = make_resize_plan(a_, x.shape(), optional_input(ctx, 2), optional_input(ctx, 3), optional_input(ctx, 4),
                                           info_.where());
     OMT_CHECK(dy.shape() == p.out_shape, kModel, info_.where(), ": ResizeGrad dY ", dy.describe(),
               " does not match Resize's output ", shape_str(p.out_shape));
