@@ -32,7 +32,7 @@ std::string write_slice(const test::TempDir& dir, const std::string& name, const
   const Dataset d = load_dataset("fashion-mnist:" + split);
   NamedTensors out;
   Tensor images = Tensor::empty(DType::kUInt8, {n, 28, 28});
-  std::memcpy(images.raw(), d.features.raw(), images.nbytes());
+  std::memcpy(images.raw(), d.only_features().raw(), images.nbytes());
   Tensor labels = Tensor::empty(DType::kInt64, {n});
   for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = d.labels.data<int64_t>()[i] + label_offset;
   out.set("images", images);

@@ -79,8 +79,9 @@ TEST(Npy, CorruptFilesAreClearErrors) {
 
 TEST(Idx, ReadsFashionMnistFromTheDebianPackage) {
   const Dataset test_set = load_dataset("fashion-mnist:test");
-  EXPECT_EQ(test_set.features.shape(), (Shape{10000, 28, 28}));
-  EXPECT_EQ(test_set.features.dtype(), DType::kUInt8);
+  EXPECT_EQ(test_set.features.names(), (std::vector<std::string>{"images"}));
+  EXPECT_EQ(test_set.only_features().shape(), (Shape{10000, 28, 28}));
+  EXPECT_EQ(test_set.only_features().dtype(), DType::kUInt8);
   ASSERT_EQ(test_set.labels.numel(), 10000);
   std::vector<int64_t> counts(10, 0);
   for (int64_t i = 0; i < 10000; ++i) {
@@ -170,7 +171,7 @@ TEST(Dataset, FloatTargetsOfAnyShapeAreKeptAsRegressionTargets) {
   arrays.set("x", Tensor::zeros(DType::kFloat32, {6, 5, 8}));
   arrays.set("y", Tensor::from_vector<float>(std::vector<float>(6 * 5 * 8, 0.5f), {6, 5, 8}));
   const Dataset seq = load_dataset(npz(dir, "seq.npz", arrays), "y");
-  EXPECT_EQ(seq.feature_name, "x");
+  EXPECT_EQ(seq.features.names(), (std::vector<std::string>{"x"}));
   EXPECT_EQ(seq.label_name, "y");
   EXPECT_TRUE(seq.has_float_targets());
   EXPECT_TRUE(test::tensors_identical(seq.labels, arrays.at("y")));
@@ -201,9 +202,9 @@ TEST(Dataset, LabelArrayErrorsNameTheFileArraysShapesAndFix) {
                  {"short.npz", "'y'", "float32[5,3]", "5 samples", "'x'", "6 samples", "dimension 0"});
   const std::string scalar = with_labels("scalar.npz", Tensor::scalar<float>(1.f));
   expect_invalid([&] { load_dataset(scalar, "y"); }, {"scalar.npz", "'y'", "scalar", "[6, ...]"});
-  const std::string wide = with_labels("wide.npz", Tensor::zeros(DType::kInt64, {6, 2}));
+  const std::string wide = with_labels("wide.npz", Tensor::zeros(DType::kInt64, {5, 2}));
   expect_invalid([&] { load_dataset(wide, "y"); },
-                 {"wide.npz", "'y'", "int64[6,2]", "one per sample", "astype(np.float32)"});
+                 {"wide.npz", "'y'", "int64[5,2]", "6 samples", "one per position", "astype(np.float32)"});
   const std::string flags = with_labels("bool.npz", Tensor::from_vector<bool>(std::vector<bool>(6, true), {6}));
   expect_invalid([&] { load_dataset(flags, "y"); }, {"bool.npz", "'y'", "bool", "integer class indices or float"});
 }
