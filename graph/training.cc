@@ -292,8 +292,10 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
         add(n);
         break;
       }
-      // Note [Label smoothing]: torch's formula over the positions that count,
-      // (1 - eps) * mean(-log p[label]) + eps * sum(-mean_c log p) / count.
+      // Note [Label smoothing]: torch.nn.functional.cross_entropy's formula over the positions
+      // that count (labels not ignore_index), (1 - eps) * mean(-log p[label]) + eps *
+      // sum(-mean_c log p) / count, from one LogSoftmax; ONNX's SoftmaxCrossEntropyLoss has
+      // no smoothing.
       const float eps = spec.label_smoothing;
       const std::string lp = names.fresh("omt/loss/log_prob"), nll = names.fresh("omt/loss/nll");
       Node ls = make_node(names, "LogSoftmax", "omt/loss/LogSoftmax", {out}, {lp});
