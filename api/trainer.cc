@@ -183,6 +183,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     t.mirror.bucket_cap_bytes = options.bucket_cap_bytes;
     t.mirror.first_bucket_bytes = options.first_bucket_bytes;
     t.mirror.overlap = options.overlap;
+    t.mirror.clip_grad_norm = options.clip_grad_norm;
     t.mirror.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
     if (options.join_world) {
       omt::RendezvousConfig rc = omt::rendezvous_from_env();
@@ -205,6 +206,8 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
       omt::SessionOptions so;
       so.device = options.device;
       so.num_threads = std::max(1, options.threads_per_replica);
+      OMT_CHECK(!(options.clip_grad_norm > 0), kUnsupported,
+                "TrainerOptions::clip_grad_norm runs on CPU replicas only so far; train on the CPU or without clipping");
       t.single = std::make_unique<omt::Trainer>(t.model->model, t.spec, so);
     } else {
       t.mt = std::make_unique<omt::MirroredTrainer>(t.model->model, t.spec, t.mirror);

@@ -498,6 +498,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       st.compute_ms = res.timing.compute_ms;
       st.comm_ms = res.timing.comm_ms;
       st.exposed_comm_ms = res.timing.exposed_comm_ms;
+      if (std::isfinite(res.grad_norm)) st.grad_norm = res.grad_norm;
       result.steps.push_back(st);
       if (metrics) metrics->write_step(st);
       if (bar) bar->update(s - first + 1, samples, loss_sum / static_cast<double>(counted));

@@ -258,6 +258,7 @@ void MetricsWriter::write_step(const StepStats& s) {
   if (s.compute_ms) j["compute_ms"] = number_or_null(*s.compute_ms);
   if (s.comm_ms) j["comm_ms"] = number_or_null(*s.comm_ms);
   if (s.exposed_comm_ms) j["exposed_comm_ms"] = number_or_null(*s.exposed_comm_ms);
+  if (s.grad_norm) j["grad_norm"] = number_or_null(*s.grad_norm);
   write_line(j.dump());
 }
 

@@ -111,6 +111,7 @@ struct StepStats {
   std::optional<double> compute_ms;
   std::optional<double> comm_ms;
   std::optional<double> exposed_comm_ms;
+  std::optional<double> grad_norm;  // --clip-grad-norm: the global gradient norm before clipping
 };
 
 // --metrics FILE: one JSON object per line, {"type":"step"|"epoch"|"summary", ...}, each

@@ -208,6 +208,10 @@ struct MirroredTrainer::Impl {
   std::condition_variable cv;
   std::vector<BucketSync> sync;
   int backward_done = 0;  // local replicas past their backward graph (Note [Sliced update])
+  int barrier_count = 0;        // local replicas at the current barrier
+  int64_t barrier_generation = 0;
+  std::vector<double> clip_partial;  // Note [Clipping]: each replica's share of the squared norm
+  double grad_norm = 0;
   bool aborted = false;
   std::exception_ptr first_error;
   double comm_ms = 0;  // guarded by mu
@@ -264,6 +268,74 @@ struct MirroredTrainer::Impl {
     const double t1 = now_us();
     reps[r].exposed_ms += (t1 - t0) / 1000.0;
     if (opt.trace && t1 - t0 > 1) reps[r].events.push_back({"wait backward", "wait", t0, t1 - t0, r});
+  }
+
+  // Waits until every local replica has reached this call (reusable, bounded by the timeout).
+  void barrier(int r, const char* what) {
+    const double t0 = now_us();
+    std::unique_lock<std::mutex> lock(mu);
+    const int64_t generation = barrier_generation;
+    if (++barrier_count == R) {
+      barrier_count = 0;
+      ++barrier_generation;
+      cv.notify_all();
+    }
+    const auto deadline = Clock::now() + opt.timeout;
+    while (barrier_generation == generation) {
+      if (aborted) throw_aborted();
+      if (cv.wait_until(lock, deadline) == std::cv_status::timeout && barrier_generation == generation)
+        OMT_FAIL(kCommunication, "replica ", r, " waited ", opt.timeout.count() / 1000.0, " s for the other replicas ",
+                 what, "; a replica is stuck");
+    }
+    if (aborted) throw_aborted();
+    reps[r].exposed_ms += (now_us() - t0) / 1000.0;
+  }
+
+  // Note [Clipping]: torch.nn.utils.clip_grad_norm_ on the gradient of the mean over the global
+  // batch. Once every bucket is reduced, local replica r sums the squares of its slice
+  // [e*r/R, e*(r+1)/R) of every gradient slot (of the sum over the local replicas' buckets
+  // with sum_in_update, Note [Local sum in the update]; of replica 0's reduced buckets
+  // otherwise); after a barrier each adds the shares in replica order, so every replica, and
+  // every process (the buckets were all-reduced), gets the same norm; when it exceeds the
+  // bound, each replica scales its slices by max / (norm + 1e-6) (the sum of scaled buckets is
+  // the scaled sum), and a second barrier keeps every update from reading a bucket before it
+  // is scaled.
+  void clip_gradients(int r) {
+    for (size_t b = 0; b < plan.buckets.buckets.size(); ++b) wait_bucket(static_cast<int>(b), r);
+    double sq = 0;
+    for (size_t b = 0; b < plan.buckets.buckets.size(); ++b)
+      for (const BucketSlot& slot : plan.buckets.buckets[b].slots) {
+        const int64_t begin = slot.offset + slot.elements * r / R, end = slot.offset + slot.elements * (r + 1) / R;
+        if (sum_in_update) {
+          for (int64_t i = begin; i < end; ++i) {
+            double v = 0;
+            for (int j = 0; j < R; ++j) v += reps[j].buckets[b].data<float>()[i];
+            sq += v * v;
+          }
+        } else {
+          const float* g = reps[0].buckets[b].data<float>();
+          for (int64_t i = begin; i < end; ++i) sq += static_cast<double>(g[i]) * g[i];
+        }
+      }
+    clip_partial[static_cast<size_t>(r)] = sq;
+    barrier(r, "to add their shares of the gradient norm");
+    double total = 0;
+    for (double part : clip_partial) total += part;
+    const double norm = std::sqrt(total);
+    const double coef = opt.clip_grad_norm / (norm + 1e-6);
+    if (r == 0) grad_norm = norm;
+    if (coef < 1.0) {
+      const float c = static_cast<float>(coef);
+      for (size_t b = 0; b < plan.buckets.buckets.size(); ++b)
+        for (const BucketSlot& slot : plan.buckets.buckets[b].slots) {
+          const int64_t begin = slot.offset + slot.elements * r / R, end = slot.offset + slot.elements * (r + 1) / R;
+          for (int j = 0; j < (sum_in_update ? R : 1); ++j) {
+            float* g = reps[j].buckets[b].data<float>();
+            for (int64_t i = begin; i < end; ++i) g[i] *= c;
+          }
+        }
+    }
+    barrier(r, "to scale their gradients");
   }
 
   double now_us() const { return std::chrono::duration<double, std::micro>(Clock::now() - origin).count(); }
@@ -421,6 +493,7 @@ struct MirroredTrainer::Impl {
       up_hooks.after_node = [&](int j) {
         rep.events.push_back({rep.update->node(j).name, "kernel", kernel_start, now_us() - kernel_start, r});
       };
+    if (opt.clip_grad_norm > 0) clip_gradients(r);  // Note [Clipping]
     if (sliced) {
       wait_backward_done(r);
       rep.update_feeds.set(tg.lr, Tensor::scalar<float>(lr));
@@ -622,6 +695,11 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   m.reps.resize(static_cast<size_t>(m.R));
   const bool processes = m.opt.comm && m.opt.comm->size() > 1;
   m.sum_in_update = m.sliced && !processes;
+  OMT_CHECK(!(options.clip_grad_norm > 0) || !m.on_device, kUnsupported,
+            "--clip-grad-norm runs on CPU replicas only so far; train on the CPU or without clipping");
+  OMT_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0, kInvalidArgument,
+            "--clip-grad-norm must be a finite number >= 0, got ", options.clip_grad_norm);
+  m.clip_partial.assign(static_cast<size_t>(m.R), 0.0);
   NamedTensors initial;  // GPU: the parameters' host start values, equal on every process
   if (m.on_device) {
     // Note [Replicas on GPUs]: one GPU per local replica, each with its own backend.
@@ -795,6 +873,7 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
 
   MirroredStepResult result;
   result.samples = global_samples;
+  if (m.opt.clip_grad_norm > 0) result.grad_norm = m.grad_norm;
   // Loss and BatchNorm statistics: summed / averaged over local replicas, then processes.
   std::vector<float> packed = {0.0f};
   for (auto& rep : m.reps) packed[0] += static_cast<float>(rep.loss);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct MirrorOptions {
   // with several processes, replica r runs on GPU (local_process * replicas + r) mod the
   // visible devices (Note [Replicas on GPUs] in mirrored_trainer.cc).
   int local_process = 0;
+  // > 0: gradients are scaled so that their global L2 norm, over every parameter and the
+  // whole global batch, is at most this before the update, as torch.nn.utils.clip_grad_norm_
+  // (Note [Clipping] in mirrored_trainer.cc). CPU replicas only.
+  double clip_grad_norm = 0;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
@@ -86,6 +91,7 @@ struct MirroredStepResult {
   int64_t samples = 0;          // in the global batch
   std::vector<NamedTensors> outputs;  // the model's outputs, per local replica (host memory)
   std::vector<double> replica_loss;   // each local replica's share of the loss
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();  // with clip_grad_norm: the norm before clipping
   StepTiming timing;
 };
 

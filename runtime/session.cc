@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include <algorithm>
+
 #include "graph/autodiff.h"
 
 #include <cstring>
@@ -45,11 +47,48 @@ struct Session::Plan {
   std::vector<int> output_slots;  // per graph output
   std::vector<Step> steps;
   std::map<int, Tensor> bound;    // slot -> caller-owned buffer the producer writes into
-  // Note [Buffer reuse]: memory a kernel got from output() is kept per slot after the run
-  // (or after the value's last reader) and handed back to the same slot next run when its
-  // size still fits and nobody else holds it, so a steady training step allocates nothing.
-  std::vector<Tensor> cache;
+  // Note [Buffer reuse]: memory a kernel got from output() goes back to a pool when its value
+  // dies (after its last reader, or at the end of the run) and the next output of the same
+  // dtype and element count takes it, in this run or the next, when nobody else holds it.
+  // So a run holds about its largest set of values alive at once, not every value it makes
+  // (a BERT-mini step: 2.4 GB before, see the README), and a steady training step allocates
+  // nothing. Buffers no output took during a whole run are freed at its end, so shapes that
+  // change (a last, smaller batch) do not accumulate.
+  struct Pooled {
+    Tensor buffer;
+    int64_t run = 0;  // the run that last retired it
+  };
+  std::map<std::pair<int, int64_t>, std::vector<Pooled>> pool;  // by (dtype, elements)
+  int64_t run = 0;
   std::vector<bool> fresh;        // per slot: this run's value came from output()
+
+  // A buffer of `dtype` and `shape`: the pool's most recently retired one nobody else holds,
+  // or a new one.
+  Tensor take(DType dtype, const Shape& shape) {
+    auto it = pool.find({static_cast<int>(dtype), shape_numel(shape)});
+    if (it != pool.end()) {
+      auto& free = it->second;
+      while (!free.empty()) {
+        Tensor t = std::move(free.back().buffer);
+        free.pop_back();
+        if (t.sole_owner()) return t.reshaped(shape);
+      }
+    }
+    return backend->allocate(dtype, shape);
+  }
+  void give_back(Tensor t) {
+    if (!t.defined()) return;
+    pool[{static_cast<int>(t.dtype()), t.numel()}].push_back({std::move(t), run});
+  }
+  // End of a run: frees what no output of this run took.
+  void trim_pool() {
+    for (auto it = pool.begin(); it != pool.end();) {
+      auto& free = it->second;
+      free.erase(std::remove_if(free.begin(), free.end(), [&](const Pooled& p) { return p.run < run; }), free.end());
+      it = free.empty() ? pool.erase(it) : std::next(it);
+    }
+    ++run;
+  }
 
   int slot(const std::string& name) {
     auto it = slot_of.find(name);
@@ -91,12 +130,7 @@ class StepContext : public KernelContext {
       t = plan_.backend->allocate(dtype, shape);
       return t;
     }
-    Tensor& cached = plan_.cache[out_[i]];
-    if (cached.defined() && cached.dtype() == dtype && cached.numel() == shape_numel(shape) && cached.sole_owner())
-      t = cached.reshaped(shape);
-    else
-      t = plan_.backend->allocate(dtype, shape);
-    cached = Tensor();
+    t = plan_.take(dtype, shape);  // Note [Buffer reuse]
     plan_.fresh[out_[i]] = true;
     return t;
   }
@@ -171,7 +205,6 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     p.output_slots.push_back(p.slot_of.at(out.name));
   }
 
-  p.cache.assign(p.slots.size(), Tensor());
   p.fresh.assign(p.slots.size(), false);
   if (p.device_memory) {
     // Kernels see initializers' host values at build time; uploads happen after (below).
@@ -281,7 +314,7 @@ void Session::bind_output(const std::string& value, Tensor buffer) {
 
 void Session::retire(int slot) {
   Plan& p = *plan_;
-  if (p.fresh[slot]) p.cache[slot] = std::move(p.slots[slot]);
+  if (p.fresh[slot]) p.give_back(std::move(p.slots[slot]));
   p.slots[slot] = Tensor();
   p.fresh[slot] = false;
   if (p.device_memory) p.host_value[slot] = Tensor();
@@ -291,11 +324,7 @@ void Session::upload_feed(int slot, const Tensor& host) {
   Plan& p = *plan_;
   // Note [Buffer reuse]: last run's upload buffer, unless a caller still holds it (an
   // optimizer updated it in place and handed it out as its output).
-  Tensor& cached = p.cache[slot];
-  Tensor dev = cached.defined() && cached.dtype() == host.dtype() && cached.numel() == host.numel() && cached.sole_owner()
-                   ? cached.reshaped(host.shape())
-                   : p.backend->allocate(host.dtype(), host.shape());
-  cached = Tensor();
+  Tensor dev = p.take(host.dtype(), host.shape());
   p.backend->copy_from_host(host.raw(), dev);
   p.slots[slot] = std::move(dev);
   p.fresh[slot] = true;  // retire() keeps the buffer for the next run
@@ -341,6 +370,7 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   // Drop references to this run's values so the caller owns the outputs alone.
   for (size_t s = 0; s < p.slots.size(); ++s)
     if (!p.is_constant[s]) retire(static_cast<int>(s));
+  p.trim_pool();
   return out;
 }
 

@@ -51,7 +51,7 @@ struct TrainArgs {
   uint64_t seed = 0;
   bool no_shuffle = false, no_scale = false, no_overlap = false, explain_buckets = false, compare_single = false;
   float mean = 0.0f, std = 1.0f;
-  double bucket_cap_mb = 25, first_bucket_mb = 1, timeout_s = 60;
+  double bucket_cap_mb = 25, first_bucket_mb = 1, timeout_s = 60, clip_grad_norm = 0;
   std::string checkpoint_dir, resume, metrics, report, trace;
   int64_t checkpoint_every = 0, check_every = 0;
   int keep_checkpoints = 3;
@@ -295,6 +295,7 @@ int run_train(const TrainArgs& a, char** argv) {
   options.bucket_cap_bytes = static_cast<int64_t>(a.bucket_cap_mb * 1048576);
   options.first_bucket_bytes = static_cast<int64_t>(a.first_bucket_mb * 1048576);
   options.overlap = !a.no_overlap;
+  options.clip_grad_norm = a.clip_grad_norm;
   onnx_mirror::FitConfig config;
   config.epochs = a.epochs;
   config.max_steps = a.steps;
@@ -422,6 +423,9 @@ void register_train(CLI::App& app) {
     sub->add_option("--first-bucket-mb", a->first_bucket_mb, "size of the first (earliest) bucket")
         ->check(finite_in(0.001, 1 << 20));
     sub->add_flag("--no-overlap", a->no_overlap, "all-reduce only after the whole backward");
+    sub->add_option("--clip-grad-norm", a->clip_grad_norm,
+                    "scale gradients to this global L2 norm at most before each update (torch's clip_grad_norm_)")
+        ->check(finite_in(0, 1e30));
     sub->add_flag("--explain-buckets", a->explain_buckets, "print the bucket plan");
     sub->add_option("--check-every", a->check_every, "compare parameter checksums across replicas every K steps")
         ->check(count_in(0, int64_t{1} << 40));

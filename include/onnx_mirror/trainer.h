@@ -65,6 +65,9 @@ struct TrainerOptions {
   int64_t bucket_cap_bytes = 25 << 20;   // all-reduce bucket size cap
   int64_t first_bucket_bytes = 1 << 20;  // the small first bucket
   bool overlap = true;         // all-reduce buckets while backward goes on
+  // > 0: before each update, scale the gradients so their global L2 norm (every parameter,
+  // the whole global batch) is at most this, as torch.nn.utils.clip_grad_norm_. CPU only.
+  double clip_grad_norm = 0;
   // Kernels' device: "cpu", or "cuda" (GPU 0) in a CUDA build. On "cuda" the Trainer is one
   // replica in one process: step, gradients, evaluate, checkpoints and resume run there; fit
   // and replicas > 1 are kUnsupported until data-parallel training runs on GPUs. After each

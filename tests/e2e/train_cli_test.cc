@@ -125,9 +125,10 @@ TEST(TrainCli, GradOfDynamoExportsMatchesTorch) {
 
 // Token-level and multi-input training through the CLI against torch
 // (tests/reference/tokens/make_tokens.py): a GPT-2 LM with --shift-labels, ignored padding
-// and label smoothing, and a three-input BERT classifier; 3 SGD or AdamW steps on the whole
-// batch, split over 1, 2 and 4 replicas whose shards hold different counts of counted tokens.
-// The step losses and the trained model's logits (predicted with 2 replicas) match torch's.
+// and label smoothing, and a three-input BERT classifier; 3 SGD, AdamW or clipped SGD
+// (--clip-grad-norm) steps on the whole batch, split over 1, 2 and 4 replicas whose shards
+// hold different counts of counted tokens. The step losses, the gradient norms and the
+// trained model's logits (predicted with 2 replicas) match torch's.
 TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
   struct Case {
     const char* model;
@@ -141,21 +142,32 @@ TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
     const NamedTensors data = read_npz(base + "_data.npz");
     NamedTensors inputs = data;
     inputs.erase("labels");
-    for (const std::string opt : {"sgd", "adamw"}) {
+    for (const std::string opt : {"sgd", "adamw", "sgd_clip"}) {
       for (int replicas : {1, 2, 4}) {
         test::TempDir dir;
         write_npz(dir.file("inputs.npz"), inputs);
-        const std::string hyper = opt == "sgd" ? " --lr 0.1" : " --lr 0.01 --weight-decay 0.01";
+        const std::string hyper = opt == "sgd"        ? " --optimizer sgd --lr 0.1"
+                                  : opt == "sgd_clip" ? " --optimizer sgd --lr 0.1 --clip-grad-norm 0.1"
+                                                      : " --optimizer adamw --lr 0.01 --weight-decay 0.01";
         const auto r = run_tool("train " + onnx + " --data " + base + "_data.npz" + c.extra +
-                                " --global-batch 8 --steps 3 --no-shuffle --optimizer " + opt + hyper +
+                                " --global-batch 8 --steps 3 --no-shuffle" + hyper +
                                 " --replicas " + std::to_string(replicas) + " --metrics " + dir.file("run.jsonl") +
                                 " --output " + dir.file("trained.onnx"));
         ASSERT_EQ(r.exit_code, 0) << r.output;
         std::ifstream jsonl(dir.file("run.jsonl"));
-        std::vector<double> losses;
+        std::vector<double> losses, norms;
         for (std::string line; std::getline(jsonl, line);) {
           const auto j = nlohmann::json::parse(line);
-          if (j["type"] == "step") losses.push_back(j["loss"].get<double>());
+          if (j["type"] != "step") continue;
+          losses.push_back(j["loss"].get<double>());
+          if (j.contains("grad_norm")) norms.push_back(j["grad_norm"].get<double>());
+        }
+        if (opt == "sgd_clip") {  // the norm torch's clip_grad_norm_ returned, before clipping
+          const Tensor& want = ref.at("sgd_clip/grad_norms");
+          ASSERT_EQ(static_cast<int64_t>(norms.size()), want.numel());
+          for (size_t i = 0; i < norms.size(); ++i)
+            EXPECT_NEAR(norms[i], want.value_as_double(static_cast<int64_t>(i)), 1e-4 * want.value_as_double(static_cast<int64_t>(i)))
+                << c.model << " " << replicas << " replicas, step " << i + 1;
         }
         const Tensor& want_losses = ref.at(opt + "/losses");
         ASSERT_EQ(static_cast<int64_t>(losses.size()), want_losses.numel());
@@ -173,6 +185,23 @@ TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
           ASSERT_LE(std::fabs(got.value_as_double(i) - want.value_as_double(i)), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
               << c.model << " " << opt << " " << replicas << " replicas, logit " << i;
       }
+    }
+    // Clipping across processes: the norm of the all-reduced buckets, the same on every rank.
+    for (const char* layout : {" --nproc 2 --replicas 1", " --nproc 2 --replicas 2"}) {
+      test::TempDir dir;
+      write_npz(dir.file("inputs.npz"), inputs);
+      const auto r = run_tool("train " + onnx + " --data " + base + "_data.npz" + c.extra +
+                              " --global-batch 8 --steps 3 --no-shuffle --optimizer sgd --lr 0.1 --clip-grad-norm 0.1" +
+                              layout + " --output " + dir.file("trained.onnx"));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const auto p = run_tool("predict " + dir.file("trained.onnx") + " --data " + dir.file("inputs.npz") +
+                              " --output " + dir.file("out.npz"));
+      ASSERT_EQ(p.exit_code, 0) << p.output;
+      const Tensor got = read_npz(dir.file("out.npz")).at("logits");
+      const Tensor& want = ref.at("sgd_clip/logits");
+      for (int64_t i = 0; i < got.numel(); ++i)
+        ASSERT_LE(std::fabs(got.value_as_double(i) - want.value_as_double(i)), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
+            << c.model << layout << ", logit " << i;
     }
     // `grad` reads the same data the same way: its loss is torch's before any step.
     test::TempDir dir;

@@ -23,7 +23,8 @@ Two tiny Hugging Face models, seeded random init, dropout 0, exported with the d
                     loss0                      the loss before any step
                     <opt>/losses [3]           the loss of each of 3 steps
                     <opt>/logits [8, 12, 48]   eval logits after the 3 steps
-                  for opt sgd (lr 0.1) and adamw (lr 0.01, weight_decay 0.01 on parameters
+                  for opt sgd (lr 0.1), sgd_clip (the same with clip_grad_norm_(0.1) before
+                  each step; <opt>/grad_norms [3] the norms it returned) and adamw (lr 0.01, weight_decay 0.01 on parameters
                   of rank >= 2 and none on biases and norm weights, as nanoGPT groups them;
                   torch's defaults otherwise), in float64
   bert_cls.onnx   BertForSequenceClassification (vocab 50, hidden 16, 2 layers, 3 labels);
@@ -62,7 +63,8 @@ def ensure_venv():
 
 SEED = 1234
 STEPS = 3
-OPTIMIZERS = {"sgd": dict(lr=0.1), "adamw": dict(lr=0.01, weight_decay=0.01)}
+OPTIMIZERS = {"sgd": dict(lr=0.1), "adamw": dict(lr=0.01, weight_decay=0.01), "sgd_clip": dict(lr=0.1)}
+CLIP = 0.1  # sgd_clip: torch.nn.utils.clip_grad_norm_(parameters, 0.1) before each step
 SMOOTHING = 0.1
 
 
@@ -113,20 +115,24 @@ def main():
         ref["loss0"] = np.array(float(loss_fn(m(*args), labels)))
         for name, kw in OPTIMIZERS.items():
             m = copy.deepcopy(model).double().train()
-            if name == "sgd":
+            if name.startswith("sgd"):
                 opt = torch.optim.SGD(m.parameters(), **kw)
             else:  # nanoGPT's groups: no decay for biases and norm weights (`--no-decay auto`)
                 decay = [p for p in m.parameters() if p.dim() >= 2]
                 rest = [p for p in m.parameters() if p.dim() < 2]
                 opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}], **kw)
-            losses = []
+            losses, norms = [], []
             for _ in range(STEPS):
                 opt.zero_grad()
                 loss = loss_fn(m(*args), labels)
                 loss.backward()
+                if name == "sgd_clip":
+                    norms.append(float(torch.nn.utils.clip_grad_norm_(m.parameters(), CLIP)))
                 opt.step()
                 losses.append(float(loss))
             ref[name + "/losses"] = np.array(losses)
+            if norms:
+                ref[name + "/grad_norms"] = np.array(norms)
             with torch.no_grad():
                 ref[name + "/logits"] = m.eval()(*args).numpy()
         return ref
