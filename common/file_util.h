@@ -12,4 +12,20 @@ std::string read_file_bytes(const std::string& path, const char* what = "file");
 void write_file_atomic(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);
 
+// What check_output_path expects at a path onnx-mirror will write later.
+enum class OutputKind {
+  kFile,    // replaced atomically (write_file_atomic, save_onnx, write_npz): the trained model, --report, --trace
+  kStream,  // opened and written as it goes (--metrics): an existing device or pipe is fine too
+  kFolder,  // created when first written (--checkpoint-dir)
+};
+
+// Note [Outputs checked before step 1]: a run finds out at once, not after hours of
+// training, that an output cannot be written. kIo naming `option`, the path, the reason and a
+// fix unless the path can be written now: not a folder (nor, for kFile, a device, pipe or
+// socket that a rename would replace), in a folder that exists and accepts a new file; for
+// kFolder, an existing folder or a path whose nearest existing ancestor is one. Folders are
+// probed by creating and removing a file in them, since permission bits say nothing for root
+// or a read-only mount. Creates nothing that stays.
+void check_output_path(const std::string& path, const std::string& option, OutputKind kind);
+
 }  // namespace omt
