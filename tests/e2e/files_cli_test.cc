@@ -140,7 +140,7 @@ TEST(TrainFiles, StaleWorldFoldersOfDeadLaunchersAreRemoved) {
 
 // kill -9 while checkpoints are written every step: the resumed run works, removes whatever
 // the killed one left (its temporaries, and one planted with its pid to be sure one is
-// there), and leaves no temporary itself.
+// there), and leaves no temporary itself. 20 trials, as issue 17 asks.
 TEST(TrainFiles, KillDuringCheckpointingLeavesNoTemporaryAfterResume) {
   test::TempDir dir;
   const std::string data = write_slice(dir, "train.npz", 512);
@@ -148,7 +148,7 @@ TEST(TrainFiles, KillDuringCheckpointingLeavesNoTemporaryAfterResume) {
   const std::string common = test::tool_path() + " train " + kMlp + " --data " + data +
                              " --global-batch 32 --checkpoint-dir " + ck + " --checkpoint-every 1";
   std::mt19937 rng(17);
-  for (int trial = 0; trial < 5; ++trial) {
+  for (int trial = 0; trial < 20; ++trial) {
     const pid_t pid = start(common + " --epochs 1000", dir.file("log.txt"));
     for (int i = 0; i < 300 && !file_exists(ck + "/latest"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
