@@ -190,9 +190,7 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir, bool o
     if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
     bool dead = true;
     for (std::sregex_iterator m(name.begin(), name.end(), kPid), done; m != done && dead; ++m) {
-      const pid_t pid = static_cast<pid_t>(std::stol((*m)[2].str()));
-      if (pid == ::getpid()) dead = own_pid_dead;
-      else dead = pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+      dead = writer_is_gone(std::stol((*m)[2].str()), own_pid_dead);
     }
     std::error_code rm;
     if (dead && fs::remove(it->path(), rm)) removed.push_back(it->path().string());

@@ -373,6 +373,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   const bool leader = !comm || comm->rank() == 0;
   if (leader) check_outputs(o);
   if (leader && !o.checkpoint_dir.empty()) remove_stale_temporaries(o.checkpoint_dir, true);  // Note [Stale temporaries]
+  for (const std::string* p : {&o.output_path, &o.report_path, &o.trace_path})
+    if (leader && !p->empty()) remove_stale_atomic_temporaries(*p, true);  // what a killed run left
   LateOutputs late(log);
   OMT_CHECK(model->graph.inputs.size() == 1, kInvalidArgument, "fit trains models with one input; '",
             model->source_path, "' has ", model->graph.inputs.size());

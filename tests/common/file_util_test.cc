@@ -1,9 +1,12 @@
 // check_output_path: every way an output path can be unwritable is found at once, named with
 // the option and the reason, and the check leaves nothing behind.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -66,6 +69,28 @@ TEST(CheckOutputPath, EachReasonIsNamed) {
     EXPECT_NE(msg.find(c.path), std::string::npos) << c.path << ": " << msg;
     EXPECT_NE(msg.find(c.reason), std::string::npos) << c.path << ": " << msg;
   }
+}
+
+// What write_file_atomic leaves when its process is killed goes with the next run; a live
+// writer's temporary and other names stay.
+TEST(StaleTemporaries, AtomicWritesOfDeadWritersAreRemoved) {
+  test::TempDir dir;
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);  // a pid that is surely dead
+  const std::string dead = std::to_string(child), live = std::to_string(getppid());
+  for (const std::string& n : {"report.html.tmp." + dead, "report.html.tmp." + live, "report.html.tmp.x" + dead,
+                               "other.html.tmp." + dead, std::string("report.html")})
+    std::ofstream(dir.file(n)) << "x";
+  remove_stale_atomic_temporaries(dir.file("report.html"), true);
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.path())) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"report.html.tmp." + live, "report.html.tmp.x" + dead,
+                                         "other.html.tmp." + dead, "report.html"}));
+  EXPECT_TRUE(writer_is_gone(child, false));
+  EXPECT_FALSE(writer_is_gone(getpid(), false));
+  EXPECT_TRUE(writer_is_gone(getpid(), true));
+  EXPECT_FALSE(writer_is_gone(1, true));  // init: alive
 }
 
 }  // namespace
