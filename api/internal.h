@@ -14,6 +14,7 @@
 #include "common/tensor.h"
 #include "graph/ir.h"
 #include "onnx_mirror/model.h"
+#include "runtime/data/dataset.h"
 #include "runtime/session.h"
 
 namespace onnx_mirror {
@@ -24,6 +25,10 @@ omt::Tensor to_internal(const Tensor& t);
 Tensor to_public(const omt::Tensor& t);
 
 ErrorKind public_kind(omt::ErrorKind kind);
+
+// A public Dataset as the runtime's (no copy): `features`, when set, as the array of
+// `first_input` (the model's first input); else every array of `inputs` by name.
+omt::Dataset to_internal(const Dataset& d, const std::string& first_input);
 
 // Runs `f`, rethrowing onnx-mirror's internal errors as onnx_mirror::Error (same kind and
 // message), so no internal type crosses the public API.
@@ -65,8 +70,7 @@ struct Model::Impl {
   omt::NamedTensors predict_locked(const omt::NamedTensors& inputs, int replicas, int threads_per_replica);
   // threads_per_replica 0: the threads of the current plan.
   // loss: for float targets, what EvalResult::loss reports ("" = mse).
-  EvalResult evaluate_locked(const omt::Tensor& features, const omt::Tensor& labels, int replicas,
-                             int64_t chunk, int threads_per_replica = 0, const std::string& loss = "");
+  EvalResult evaluate_locked(const omt::Dataset& data, const EvalOptions& options);
   void set_live(const std::vector<std::string>& names);
 };
 

@@ -174,33 +174,56 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   return out;
 }
 
-EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::Tensor& given, int replicas,
-                                        int64_t chunk, int threads_per_replica, const std::string& loss) {
+EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOptions& o) {
+  const omt::Tensor& given = data.labels;
   const bool float_targets = given.defined() && omt::dtype_is_float(given.dtype());
-  omt::LossKind kind = loss.empty() ? omt::LossKind::kModel : omt::parse_loss_kind(loss);
+  omt::LossKind kind = o.loss.empty() ? omt::LossKind::kModel : omt::parse_loss_kind(o.loss);
   if (kind == omt::LossKind::kModel) kind = float_targets ? omt::LossKind::kMse : omt::LossKind::kSoftmaxCrossEntropy;
   const bool regression = !omt::loss_takes_class_labels(kind);  // integer targets are converted
   OMT_CHECK(!float_targets || regression, kInvalidArgument, "evaluate got float targets (", given.describe(),
-            ") and loss '", loss, "', which takes integer class labels; pass mse, l1 or bce_with_logits");
-  OMT_CHECK(features.defined() && features.rank() >= 1 && given.defined() && given.rank() >= 1 &&
-                given.dim(0) == features.dim(0) &&
-                (regression || (given.rank() == 1 && given.dtype() == omt::DType::kInt64)),
-            kInvalidArgument, "evaluate needs features [N, ...] and int64 class labels [N] or float targets [N, ...]; got ",
-            features.defined() ? features.describe() : "nothing", " and ", given.defined() ? given.describe() : "nothing");
-  OMT_CHECK(chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", chunk);
+            ") and loss '", o.loss, "', which takes integer class labels; pass mse, l1 or bce_with_logits");
+  OMT_CHECK(given.defined() || (o.shift_labels && !regression), kInvalidArgument,
+            "evaluate needs labels: int64 class labels [N] (or [N, T] per position) or float targets [N, ...]");
+  OMT_CHECK(o.chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", o.chunk);
+  OMT_CHECK(!o.shift_labels || !regression, kInvalidArgument, "shift_labels makes class labels; it cannot score ",
+            omt::loss_kind_name(kind));
+  const omt::ValueInfo* output = &model->graph.outputs.at(0);
+  if (!o.output.empty()) {
+    output = nullptr;
+    for (const auto& v : model->graph.outputs)
+      if (v.name == o.output) output = &v;
+    OMT_CHECK(output != nullptr, kInvalidArgument, "the model has no output '", o.output, "'");
+  }
+  omt::InputMap map(o.input_map.begin(), o.input_map.end());
+  const omt::NamedTensors bound = omt::bind_inputs(data, model->graph.inputs, map);
+  omt::Preprocess pre;
+  pre.scale = o.preprocess.scale;
+  pre.mean = o.preprocess.mean;
+  pre.std = o.preprocess.std;
+  const omt::NamedTensors inputs = omt::InputSources(bound, model->graph.inputs, pre).all();
+  const std::string what = "the labels of '" + data.source + "'";
+  omt::Tensor labels;
+  if (regression) {
+    labels = omt::prepare_targets(given, *output, output->dtype == omt::DType::kUndefined ? omt::DType::kFloat32 : output->dtype,
+                                  what);
+  } else {
+    omt::Tensor y = given;
+    if (o.shift_labels) y = omt::shift_labels(y.defined() ? y : omt::token_ids(data, bound), o.ignore_index, what);
+    labels = omt::prepare_class_labels(y, *output, o.class_axis, o.ignore_index, what);
+  }
+  const int64_t rows = data.size();
+  OMT_CHECK(labels.dim(0) == rows, kInvalidArgument, what, " hold ", labels.dim(0), " samples but the inputs hold ", rows,
+            "; both need the samples along dimension 0");
   omt::EvalTarget target;
+  target.output = output->name;
   target.loss = kind;
-  const omt::ValueInfo& output = model->graph.outputs.at(0);
-  const omt::Tensor labels =
-      regression ? omt::prepare_targets(given, output, output.dtype == omt::DType::kUndefined ? omt::DType::kFloat32 : output.dtype,
-                                        "the targets")
-                 : given;
-  const std::string input = model->graph.inputs.at(0).name;
-  const int run_threads = threads_per_replica > 0 ? threads_per_replica : std::max(threads, 1);
+  target.class_axis = o.class_axis;
+  target.ignore_index = o.ignore_index;
+  const int run_threads = o.threads_per_replica > 0 ? o.threads_per_replica : std::max(threads, 1);
   // omt::evaluate (runtime/fit.cc), so that `eval` reproduces fit's numbers.
   const omt::EvalResult ev = omt::evaluate(
-      [&](const omt::NamedTensors& feeds) { return predict_locked(feeds, replicas, run_threads); }, input, features,
-      labels, chunk, target);
+      [&](const omt::NamedTensors& feeds) { return predict_locked(feeds, o.replicas, run_threads); }, inputs, labels,
+      o.chunk, target);
   const omt::ConfusionMatrix& confusion = ev.confusion;
   EvalResult result;
   result.samples = ev.samples;
@@ -209,6 +232,9 @@ EvalResult Model::Impl::evaluate_locked(const omt::Tensor& features, const omt::
   result.regression = ev.regression;
   result.mse = ev.mse;
   result.mae = ev.mae;
+  result.tokens = ev.tokens;
+  result.positions = ev.positions;
+  result.perplexity = ev.perplexity;
   result.confusion = ConfusionMatrix(confusion.num_classes());
   for (int64_t t = 0; t < confusion.num_classes(); ++t)
     for (int64_t c = 0; c < confusion.num_classes(); ++c)
@@ -268,8 +294,43 @@ EvalResult Model::evaluate(const Tensor& features, const Tensor& labels, int rep
                            int threads_per_replica, const std::string& loss) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    return impl_->evaluate_locked(to_internal(features), to_internal(labels), replicas, chunk, threads_per_replica,
-                                  loss);
+    OMT_CHECK(features.defined() && features.rank() >= 1, kInvalidArgument,
+              "evaluate needs features [N, ...]; got ", features.defined() ? features.describe() : "nothing");
+    Dataset d;
+    d.features = features;
+    d.labels = labels;
+    EvalOptions o;
+    o.replicas = replicas;
+    o.chunk = chunk;
+    o.threads_per_replica = threads_per_replica;
+    o.loss = loss;
+    o.preprocess.scale = false;  // features as given
+    return impl_->evaluate_locked(detail::to_internal(d, impl_->model->graph.inputs.at(0).name), o);
+  });
+}
+
+EvalResult Model::evaluate(const Dataset& data, const EvalOptions& options) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    return impl_->evaluate_locked(detail::to_internal(data, impl_->model->graph.inputs.at(0).name), options);
+  });
+}
+
+Tensors Model::prepare_inputs(const Dataset& data, const std::map<std::string, std::string>& input_map,
+                              const Preprocess& preprocess) const {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const auto& inputs = impl_->model->graph.inputs;
+    const omt::Dataset d = detail::to_internal(data, inputs.at(0).name);
+    const omt::NamedTensors bound = omt::bind_inputs(d, inputs, omt::InputMap(input_map.begin(), input_map.end()));
+    omt::Preprocess pre;
+    pre.scale = preprocess.scale;
+    pre.mean = preprocess.mean;
+    pre.std = preprocess.std;
+    const omt::NamedTensors prepared = omt::InputSources(bound, inputs, pre).all();
+    Tensors out;
+    for (const auto& name : prepared.names()) out[name] = to_public(prepared.at(name));
+    return out;
   });
 }
 

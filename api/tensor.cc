@@ -113,9 +113,36 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   });
 }
 
+namespace detail {
+omt::Dataset to_internal(const Dataset& d, const std::string& first_input) {
+  omt::Dataset out;
+  out.source = d.source.empty() ? "in-memory arrays" : d.source;
+  if (d.features.defined())
+    out.features.set(first_input, to_internal(d.features));
+  else
+    for (const auto& [name, t] : d.inputs) out.features.set(name, to_internal(t));
+  out.labels = to_internal(d.labels);
+  out.label_name = d.label_name;
+  return out;
+}
+}  // namespace detail
+
+Tensor shift_labels(const Tensor& ids, int64_t ignore_index) {
+  return detail::guarded(
+      [&] { return detail::to_public(omt::shift_labels(detail::to_internal(ids), ignore_index, "the token ids")); });
+}
+
+int64_t Dataset::size() const {
+  if (features.defined()) return features.rank() ? features.dim(0) : 0;
+  if (inputs.empty()) return 0;
+  const Tensor& first = inputs.begin()->second;
+  return first.defined() && first.rank() ? first.dim(0) : 0;
+}
+
 Dataset Dataset::slice(int64_t begin, int64_t end) const {
   Dataset d;
-  d.features = features.slice_rows(begin, end);
+  if (features.defined()) d.features = features.slice_rows(begin, end);
+  for (const auto& [name, t] : inputs) d.inputs[name] = t.slice_rows(begin, end);
   if (labels.defined()) d.labels = labels.slice_rows(begin, end);
   d.source = source;
   d.label_name = label_name;
@@ -130,7 +157,8 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name, co
   return detail::guarded([&] {
     const omt::Dataset in = omt::load_dataset(spec, labels_name, features_name);
     Dataset d;
-    d.features = detail::to_public(in.features);
+    for (const auto& name : in.features.names()) d.inputs[name] = detail::to_public(in.features.at(name));
+    if (in.features.size() == 1) d.features = d.inputs.begin()->second;
     omt::Tensor labels = in.labels;
     if (labels.dtype() == omt::DType::kFloat16 || labels.dtype() == omt::DType::kBFloat16) {
       // Half-precision targets as float32: the API's tensors have no 16-bit floats.

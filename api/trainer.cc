@@ -55,11 +55,13 @@ struct Trainer::Impl {
                 "' is ", inputs.at(name).describe(), " but the labels hold ", batch,
                 " samples; every input needs the same batch dimension as the labels");
     const int R = mt->local_replicas();
+    const bool count = omt::loss_takes_class_labels(spec.loss);  // Note [Targets of any shape]
     std::vector<omt::ReplicaBatch> shards(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) {
       const int64_t begin = batch * r / R, end = batch * (r + 1) / R;
       for (const auto& name : inputs.names()) shards[r].inputs.set(name, omt::slice_rows(inputs.at(name), begin, end));
       shards[r].labels = omt::slice_rows(labels, begin, end);
+      if (count) shards[r].loss_count = omt::counted_labels(shards[r].labels, spec.ignore_index);
     }
     return shards;
   }
@@ -121,6 +123,10 @@ omt::TrainingSpec spec_of(const TrainerOptions& options) {
             "running ones updated, as torch's train()) or running (frozen running statistics)");
   spec.batchnorm_batch_statistics = options.batchnorm == "batch";
   spec.class_axis = options.class_axis;
+  spec.ignore_index = options.ignore_index;
+  spec.label_smoothing = options.label_smoothing;
+  OMT_CHECK(std::isfinite(options.label_smoothing) && options.label_smoothing >= 0 && options.label_smoothing <= 1,
+            kInvalidArgument, "TrainerOptions::label_smoothing must be in [0, 1], got ", options.label_smoothing);
   spec.optimizer.kind = omt::parse_optimizer_kind(options.optimizer);
   spec.optimizer.momentum = options.momentum;
   spec.optimizer.dampening = options.dampening;
@@ -231,7 +237,9 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
       return static_cast<double>(loss);
     }
     const auto shards = impl_->shard(feeds, to_internal(labels));
-    return impl_->mt->step(shards, labels.dim(0), impl_->lr).loss;
+    int64_t counted = 0;
+    for (const auto& s : shards) counted += s.weight();
+    return impl_->mt->step(shards, labels.dim(0), impl_->lr, counted).loss;
   });
 }
 
@@ -277,19 +285,13 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     o.explain_buckets = config.explain_buckets;
     o.compare_single = config.compare_single;
     o.stop = config.stop;
+    for (const auto& [input, array] : config.inputs) o.inputs[input] = array;
+    o.shift_labels = config.shift_labels;
+    o.eval_batch = config.eval_batch;
     const std::string input = t.model->model->graph.inputs.at(0).name;
-    auto convert = [&](const Dataset& d) {
-      omt::Dataset out;
-      out.source = d.source.empty() ? "in-memory arrays" : d.source;
-      out.feature_name = input;
-      out.features = to_internal(d.features);
-      out.labels = to_internal(d.labels);
-      out.label_name = d.label_name;
-      return out;
-    };
-    const omt::Dataset tr = convert(train);
+    const omt::Dataset tr = detail::to_internal(train, input);
     omt::Dataset val;
-    if (validation) val = convert(*validation);
+    if (validation) val = detail::to_internal(*validation, input);
     std::ostream silent(nullptr);
     omt::FitResult r = omt::fit(t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
     // Note [Trained result wins]: fit's compare_single run starts another trainer from
@@ -318,6 +320,8 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
       er.val_accuracy = e.val_accuracy;
       er.train_mae = e.train_mae;
       er.val_mae = e.val_mae;
+      er.train_perplexity = e.train_perplexity;
+      er.val_perplexity = e.val_perplexity;
       er.samples_per_s = e.samples_per_s;
       er.lr = e.lr;
       report.epochs.push_back(er);
@@ -328,6 +332,9 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     report.final_eval.regression = r.final_eval.regression;
     report.final_eval.mse = r.final_eval.mse;
     report.final_eval.mae = r.final_eval.mae;
+    report.final_eval.tokens = r.final_eval.tokens;
+    report.final_eval.positions = r.final_eval.positions;
+    report.final_eval.perplexity = r.final_eval.perplexity;
     report.samples_per_s = r.samples_per_s;
     report.steps_done = r.steps_done;
     report.interrupted = r.interrupted;
@@ -366,8 +373,18 @@ EvalResult Trainer::evaluate(const Tensor& features, const Tensor& labels, int64
     std::lock_guard<std::mutex> lock(impl_->model->mu);
     const omt::LossKind loss = impl_->spec.loss;  // float targets: report this trainer's loss
     const bool regression = loss != omt::LossKind::kModel && !omt::loss_takes_class_labels(loss);
-    return impl_->model->evaluate_locked(to_internal(features), to_internal(labels), impl_->local_replicas(), chunk, 0,
-                                         regression ? omt::loss_kind_name(loss) : "");
+    Dataset d;
+    d.features = features;
+    d.labels = labels;
+    EvalOptions o;
+    o.replicas = impl_->local_replicas();
+    o.chunk = chunk;
+    o.loss = regression ? omt::loss_kind_name(loss) : "";
+    o.output = impl_->spec.output;
+    o.class_axis = static_cast<int>(impl_->spec.class_axis);
+    o.ignore_index = impl_->spec.ignore_index;
+    o.preprocess.scale = false;  // features as given
+    return impl_->model->evaluate_locked(detail::to_internal(d, impl_->model->model->graph.inputs.at(0).name), o);
   });
 }
 

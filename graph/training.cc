@@ -3,6 +3,7 @@
 #include "graph/parameters.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <regex>
 #include <set>
@@ -270,18 +271,77 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
     add(t);
     out = moved;
   }
+  OMT_CHECK(std::isfinite(spec.label_smoothing) && spec.label_smoothing >= 0 && spec.label_smoothing <= 1,
+            kInvalidArgument, "--label-smoothing must be in [0, 1], got ", spec.label_smoothing);
+  OMT_CHECK(spec.label_smoothing == 0 || spec.loss == LossKind::kSoftmaxCrossEntropy, kInvalidArgument,
+            "--label-smoothing applies to the softmax cross-entropy loss, not ", loss_kind_name(spec.loss));
+  auto constant = [&](const std::string& base, const Tensor& value) {
+    const std::string name = names.fresh(base);
+    Node c = make_node(names, "Constant", base + "_const", {}, {name});
+    c.attrs.set("value", value);
+    add(c);
+    return name;
+  };
   switch (spec.loss) {
     case LossKind::kSoftmaxCrossEntropy: {
-      Node n = make_node(names, "SoftmaxCrossEntropyLoss", "omt/loss/SoftmaxCrossEntropyLoss",
-                         {out, spec.labels}, {tg.loss, names.fresh("omt/loss/log_prob")});
+      if (spec.label_smoothing == 0) {
+        Node n = make_node(names, "SoftmaxCrossEntropyLoss", "omt/loss/SoftmaxCrossEntropyLoss",
+                           {out, spec.labels}, {tg.loss, names.fresh("omt/loss/log_prob")});
+        n.attrs.set("reduction", std::string("mean"));
+        n.attrs.set("ignore_index", spec.ignore_index);
+        add(n);
+        break;
+      }
+      // Note [Label smoothing]: torch's formula over the positions that count,
+      // (1 - eps) * mean(-log p[label]) + eps * sum(-mean_c log p) / count.
+      const float eps = spec.label_smoothing;
+      const std::string lp = names.fresh("omt/loss/log_prob"), nll = names.fresh("omt/loss/nll");
+      Node ls = make_node(names, "LogSoftmax", "omt/loss/LogSoftmax", {out}, {lp});
+      ls.attrs.set("axis", int64_t{1});
+      add(ls);
+      Node n = make_node(names, "NegativeLogLikelihoodLoss", "omt/loss/NegativeLogLikelihoodLoss", {lp, spec.labels},
+                         {nll});
       n.attrs.set("reduction", std::string("mean"));
+      n.attrs.set("ignore_index", spec.ignore_index);
       add(n);
+      const std::string per_position = names.fresh("omt/loss/mean_log_prob");
+      Node mean = make_node(names, "ReduceMean", "omt/loss/ReduceMean",
+                            {lp, constant("omt/loss/class_axis", Tensor::from_vector<int64_t>({1}, {1}))}, {per_position});
+      mean.attrs.set("keepdims", int64_t{0});
+      add(mean);
+      const std::string ignored = names.fresh("omt/loss/ignored"), counted = names.fresh("omt/loss/counted"),
+                        weight = names.fresh("omt/loss/weight");
+      add(make_node(names, "Equal", "omt/loss/Equal",
+                    {spec.labels, constant("omt/loss/ignore_index", Tensor::scalar<int64_t>(spec.ignore_index))}, {ignored}));
+      add(make_node(names, "Not", "omt/loss/Not", {ignored}, {counted}));
+      Node cast = make_node(names, "Cast", "omt/loss/Cast", {counted}, {weight});
+      cast.attrs.set("to", static_cast<int64_t>(out_copy.dtype == DType::kFloat64 ? 11 : 1));
+      add(cast);
+      const std::string weighted = names.fresh("omt/loss/weighted"), total = names.fresh("omt/loss/total"),
+                        count = names.fresh("omt/loss/count"), smooth = names.fresh("omt/loss/smooth");
+      add(make_node(names, "Mul", "omt/loss/Mul", {per_position, weight}, {weighted}));
+      Node sum = make_node(names, "ReduceSum", "omt/loss/ReduceSum", {weighted}, {total});
+      sum.attrs.set("keepdims", int64_t{0});
+      add(sum);
+      Node cnt = make_node(names, "ReduceSum", "omt/loss/ReduceSum", {weight}, {count});
+      cnt.attrs.set("keepdims", int64_t{0});
+      add(cnt);
+      add(make_node(names, "Div", "omt/loss/Div", {total, count}, {smooth}));
+      auto scalar = [&](const std::string& base, double v) {
+        return constant(base, out_copy.dtype == DType::kFloat64 ? Tensor::scalar<double>(v)
+                                                                : Tensor::scalar<float>(static_cast<float>(v)));
+      };
+      const std::string a = names.fresh("omt/loss/nll_part"), b = names.fresh("omt/loss/smooth_part");
+      add(make_node(names, "Mul", "omt/loss/Mul", {nll, scalar("omt/loss/keep", 1.0 - eps)}, {a}));
+      add(make_node(names, "Mul", "omt/loss/Mul", {smooth, scalar("omt/loss/minus_eps", -static_cast<double>(eps))}, {b}));
+      add(make_node(names, "Add", "omt/loss/Add", {a, b}, {tg.loss}));
       break;
     }
     case LossKind::kNll: {
       Node n = make_node(names, "NegativeLogLikelihoodLoss", "omt/loss/NegativeLogLikelihoodLoss",
                          {out, spec.labels}, {tg.loss});
       n.attrs.set("reduction", std::string("mean"));
+      n.attrs.set("ignore_index", spec.ignore_index);
       add(n);
       break;
     }

@@ -50,6 +50,14 @@ struct TrainingSpec {
   // the last, torch's convention for token logits [B, T, C] with labels [B, T]; for a
   // rank-2 output [N, C] that is axis 1 either way. Pass 1 for [N, C, H, W] outputs.
   int64_t class_axis = -1;
+  // Class-label losses: label positions holding this value count for nothing (torch's
+  // ignore_index, -100 by default: padding and the last position of shifted labels). The
+  // mean is over the positions that count.
+  int64_t ignore_index = -100;
+  // Softmax cross-entropy with label smoothing eps, as torch.nn.CrossEntropyLoss's
+  // label_smoothing: (1 - eps) * nll + eps * mean over classes of -log p, both averaged over
+  // the positions that count.
+  float label_smoothing = 0.0f;
   OptimizerSpec optimizer;
 };
 

@@ -47,15 +47,17 @@ using Clock = std::chrono::steady_clock;
 struct PreparedStep {
   SamplerPosition pos{-1, -1};
   int64_t global_samples = 0;
+  int64_t global_count = 0;  // positions the loss counts (Note [Targets of any shape])
   std::vector<ReplicaBatch> shards;
 };
 
 class BatchPrefetcher {
  public:
-  BatchPrefetcher(const EpochSampler& sampler, const FeatureSource& x, const Tensor& y, std::string input,
-                  int local_replicas, int first_global_replica, bool on_replicas)
-      : sampler_(sampler), x_(x), y_(y), input_(std::move(input)), local_(local_replicas),
-        first_(first_global_replica), on_replicas_(on_replicas),
+  // `count_labels`: class labels, whose positions holding `ignore_index` do not count.
+  BatchPrefetcher(const EpochSampler& sampler, const InputSources& x, const Tensor& y, bool count_labels,
+                  int64_t ignore_index, int local_replicas, int first_global_replica, bool on_replicas)
+      : sampler_(sampler), x_(x), y_(y), count_labels_(count_labels), ignore_index_(ignore_index),
+        local_(local_replicas), first_(first_global_replica), on_replicas_(on_replicas),
         thread_(on_replicas ? std::thread() : start_thread("the data loader", [this] { loop(); })) {}
 
   ~BatchPrefetcher() {
@@ -91,14 +93,16 @@ class BatchPrefetcher {
     PreparedStep p;
     p.pos = pos;
     p.global_samples = gb.size();
+    p.global_count = count_labels_ ? counted_labels(y_, gb.indices, ignore_index_) : gb.size();
     p.shards.resize(static_cast<size_t>(local_));
     for (int r = 0; r < local_; ++r) {
       auto rows = sampler_.shard(gb, first_ + r);
       p.shards[r].labels = gather_rows(y_, rows);
+      if (count_labels_) p.shards[r].loss_count = counted_labels(y_, rows, ignore_index_);
       if (on_replicas_)
-        p.shards[r].deferred = DeferredRows{input_, &x_, std::move(rows)};
+        p.shards[r].deferred = DeferredRows{&x_, std::move(rows)};
       else
-        p.shards[r].inputs.set(input_, x_.gather(rows));
+        p.shards[r].inputs = x_.gather(rows);
     }
     return p;
   }
@@ -133,9 +137,10 @@ class BatchPrefetcher {
   }
 
   const EpochSampler& sampler_;
-  const FeatureSource& x_;
+  const InputSources& x_;
   const Tensor& y_;
-  const std::string input_;
+  const bool count_labels_;
+  const int64_t ignore_index_;
   const int local_, first_;
   const bool on_replicas_;  // Note [Gather on the replica]
   std::mutex mu_;
@@ -147,18 +152,51 @@ class BatchPrefetcher {
   std::thread thread_;  // last: starts after the members it uses
 };
 
-int64_t count_correct(const Tensor& logits, const Tensor& labels) {
-  if (!logits.defined() || logits.dtype() != DType::kFloat32 || logits.rank() != 2) return 0;
-  const int64_t n = logits.dim(0), c = logits.dim(1);
-  const float* p = logits.data<float>();
-  const int64_t* y = labels.data<int64_t>();
-  int64_t correct = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = p + i * c;
-    correct += (std::max_element(row, row + c) - row) == y[i];
+// Sums over class scores and their labels: softmax cross-entropy, correct arg-max (the first
+// on ties) and the positions that count. The scores are float32 [N, ...] with the classes on
+// `class_axis`; the labels hold one class (or ignore_index) per other position. `scored`
+// turns false for outputs that are not such scores (their loss and accuracy are NaN).
+struct ClassScores {
+  double loss = 0;
+  int64_t correct = 0, counted = 0;
+  bool scored = true;
+
+  void add(const Tensor& scores, const Tensor& labels, int64_t class_axis, int64_t ignore_index,
+           ConfusionMatrix* confusion = nullptr) {
+    const int64_t rank = scores.defined() ? scores.rank() : 0;
+    const int64_t axis = class_axis < 0 ? class_axis + rank : class_axis;
+    if (!scored || rank < 2 || scores.dtype() != DType::kFloat32 || axis < 1 || axis >= rank ||
+        labels.dtype() != DType::kInt64 || scores.dim(axis) == 0 || scores.numel() / scores.dim(axis) != labels.numel()) {
+      scored = false;
+      return;
+    }
+    const int64_t c = scores.dim(axis);
+    int64_t inner = 1;
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= scores.dim(d);
+    const int64_t outer = scores.numel() / (c * inner);
+    if (confusion && rank == 2 && confusion->num_classes() == 0) *confusion = ConfusionMatrix(c);
+    const float* p = scores.data<float>();
+    const int64_t* y = labels.data<int64_t>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t label = y[o * inner + i];
+        if (label == ignore_index) continue;
+        OMT_CHECK(label >= 0 && label < c, kInvalidArgument, "label ", label, " at position ", o * inner + i,
+                  " is outside the ", c, " classes of the scores ", scores.describe());
+        const float* row = p + o * c * inner + i;
+        int64_t best = 0;
+        float mx = row[0];
+        for (int64_t k = 1; k < c; ++k)
+          if (row[k * inner] > mx) mx = row[k * inner], best = k;
+        double sum = 0;
+        for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(row[k * inner]) - mx);
+        loss += mx + std::log(sum) - row[label * inner];
+        correct += best == label;
+        ++counted;
+        if (confusion && rank == 2) confusion->add_pair(label, best);
+      }
   }
-  return correct;
-}
+};
 
 // Sums over the elements of model outputs and float targets of the same count: squared and
 // absolute errors and (with_bce) binary cross-entropy with logits, accumulated in double.
@@ -197,22 +235,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// Number of classes the model's first output scores, or -1 when it is not [batch, C].
-int64_t output_classes(const Model& model) {
-  const ValueInfo& out = model.graph.outputs[0];
-  if (out.shape && out.shape->size() == 2 && (*out.shape)[1].is_fixed()) return (*out.shape)[1].value;
-  return -1;
-}
-
-void check_labels(const Tensor& labels, int64_t classes, const std::string& source) {
-  if (classes <= 0 || !labels.defined()) return;
-  const int64_t* y = labels.data<int64_t>();
-  for (int64_t i = 0; i < labels.numel(); ++i)
-    OMT_CHECK(y[i] >= 0 && y[i] < classes, kInvalidArgument, "label ", y[i], " of sample ", i, " in '", source,
-              "' is out of range for the model's output, which scores ", classes,
-              " classes (0..", classes - 1, "). Use a model with more outputs or fix the labels.");
 }
 
 std::string fmt(double v, int precision = 4) {
@@ -258,6 +280,11 @@ void check_class_targets(const Dataset& d, LossKind loss) {
 
 }  // namespace
 
+EvalResult evaluate(Predictor& predictor, const NamedTensors& inputs, const Tensor& labels, int64_t chunk,
+                    const EvalTarget& target) {
+  return evaluate([&](const NamedTensors& feeds) { return predictor.run(feeds); }, inputs, labels, chunk, target);
+}
+
 EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk, const EvalTarget& target) {
   return evaluate([&](const NamedTensors& feeds) { return predictor.run(feeds); }, input_name, features, labels,
@@ -266,40 +293,31 @@ EvalResult evaluate(Predictor& predictor, const std::string& input_name, const T
 
 EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk, const EvalTarget& target) {
+  NamedTensors inputs;
+  inputs.set(input_name, features);
+  return evaluate(predict, inputs, labels, chunk, target);
+}
+
+EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const Tensor& labels, int64_t chunk,
+                    const EvalTarget& target) {
+  OMT_CHECK(inputs.size() > 0, kInvalidArgument, "evaluate needs the model's inputs");
+  OMT_CHECK(chunk >= 1, kInvalidArgument, "the evaluation batch must be at least 1, got ", chunk);
   EvalResult r;
-  const int64_t n = features.dim(0);
+  const int64_t n = inputs.at(inputs.names()[0]).dim(0);
   r.regression = dtype_is_float(labels.dtype());
-  double loss_sum = 0;
-  int64_t correct = 0;
+  ClassScores scores;
   RegressionSums sums;
-  bool class_scores = true;
   for (int64_t b = 0; b < n; b += chunk) {
     const int64_t e = std::min(n, b + chunk);
     NamedTensors feeds;
-    feeds.set(input_name, n > chunk ? slice_rows(features, b, e) : features);
+    for (const auto& name : inputs.names()) feeds.set(name, n > chunk ? slice_rows(inputs.at(name), b, e) : inputs.at(name));
     const NamedTensors out = predict(feeds);
     const Tensor& logits = out.at(target.output.empty() ? out.names()[0] : target.output);
     const Tensor y = n > chunk ? slice_rows(labels, b, e) : labels;
-    if (r.regression) {
+    if (r.regression)
       sums.add(logits, y, target.loss == LossKind::kBceWithLogits);
-      continue;
-    }
-    if (logits.dtype() != DType::kFloat32 || logits.rank() != 2) {
-      class_scores = false;
-      continue;
-    }
-    if (r.confusion.num_classes() == 0) r.confusion = ConfusionMatrix(logits.dim(1));
-    r.confusion.add(logits, y);
-    correct += count_correct(logits, y);
-    const int64_t c = logits.dim(1);
-    const float* p = logits.data<float>();
-    for (int64_t i = 0; i < e - b; ++i) {
-      const float* row = p + i * c;
-      const double mx = *std::max_element(row, row + c);
-      double sum = 0;
-      for (int64_t j = 0; j < c; ++j) sum += std::exp(row[j] - mx);
-      loss_sum += mx + std::log(sum) - row[y.data<int64_t>()[i]];
-    }
+    else
+      scores.add(logits, y, target.class_axis, target.ignore_index, &r.confusion);
   }
   r.samples = n;
   if (r.regression) {
@@ -312,8 +330,12 @@ EvalResult evaluate(const PredictFn& predict, const std::string& input_name, con
     r.accuracy = NAN;
     return r;
   }
-  r.loss = class_scores && n ? loss_sum / static_cast<double>(n) : NAN;
-  r.accuracy = n ? static_cast<double>(correct) / static_cast<double>(n) : 0;
+  r.tokens = labels.rank() >= 2;
+  if (!scores.scored || r.tokens) r.confusion = ConfusionMatrix();
+  r.positions = scores.counted;
+  r.loss = scores.scored && scores.counted ? scores.loss / static_cast<double>(scores.counted) : NAN;
+  r.accuracy = scores.counted ? static_cast<double>(scores.correct) / static_cast<double>(scores.counted) : 0;
+  if (r.tokens) r.perplexity = std::exp(r.loss);
   return r;
 }
 
@@ -376,38 +398,41 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   for (const std::string* p : {&o.output_path, &o.report_path, &o.trace_path})
     if (leader && !p->empty()) remove_stale_atomic_temporaries(*p, true);  // what a killed run left
   LateOutputs late(log);
-  OMT_CHECK(model->graph.inputs.size() == 1, kInvalidArgument, "fit trains models with one input; '",
-            model->source_path, "' has ", model->graph.inputs.size());
-  const ValueInfo& input = model->graph.inputs[0];
   const LossKind loss = o.spec.loss;
-  const bool regression = loss != LossKind::kModel && !loss_takes_class_labels(loss);
+  const bool class_labels = loss_takes_class_labels(loss);
+  const bool regression = loss != LossKind::kModel && !class_labels;
   const ValueInfo& scored = loss_output(*model, o.spec.output);
-  const EvalTarget eval_target{scored.name, loss};
-  OMT_CHECK(train.labels.defined(), kInvalidArgument, "'", train.source, "' has no labels");
-  const FeatureSource x(train.features, input, o.preprocess);  // Note [Features converted per batch]
-  // Regression targets as the loss reads them (Note [Targets of any shape] in
-  // mirrored_trainer.h: shards are rows of these, whatever their trailing shape).
+  const EvalTarget eval_target{scored.name, loss, o.spec.class_axis, o.spec.ignore_index};
+  const int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : std::max<int64_t>(1, o.global_batch);
+  const std::vector<ValueInfo>& inputs = model->graph.inputs;
+  OMT_CHECK(!o.shift_labels || class_labels, kInvalidArgument, "--shift-labels makes class labels (the next token); "
+            "it needs a class-label loss (softmax_cross_entropy or nll), not ", loss_kind_name(loss));
+  // Note [Features converted per batch], Note [Inputs from arrays].
+  const NamedTensors bound = bind_inputs(train, inputs, o.inputs);
+  const InputSources x(bound, inputs, o.preprocess);
+  // Labels as the loss reads them (Note [Targets of any shape] in mirrored_trainer.h: shards
+  // are rows of these, whatever their trailing shape).
   const DType target_dtype = scored.dtype == DType::kUndefined ? DType::kFloat32 : scored.dtype;
-  auto targets_of = [&](const Dataset& d) {
-    if (!regression) return d.labels;
-    return prepare_targets(d.labels, scored, target_dtype, target_name(d));
+  auto labels_of = [&](const Dataset& d, const NamedTensors& b) {
+    Tensor y = d.labels;
+    if (o.shift_labels) y = shift_labels(y.defined() ? y : token_ids(d, b), o.spec.ignore_index, target_name(d));
+    OMT_CHECK(y.defined(), kInvalidArgument, "'", d.source, "' has no labels (no array '",
+              d.label_name.empty() ? "labels" : d.label_name, "'); name the label array with --labels",
+              class_labels ? ", or pass --shift-labels to train a causal LM on its token ids" : "");
+    if (regression) return prepare_targets(y, scored, target_dtype, target_name(d));
+    if (!class_labels) return y;
+    if (!o.shift_labels) check_class_targets(d, loss);
+    return prepare_class_labels(y, scored, o.spec.class_axis, o.spec.ignore_index, target_name(d));
   };
-  if (loss_takes_class_labels(loss)) {
-    check_class_targets(train, loss);
-    if (val) check_class_targets(*val, loss);
-  }
-  const Tensor y = targets_of(train);
-  Tensor xv, yv;
+  const Tensor y = labels_of(train, bound);
+  NamedTensors xv;
+  Tensor yv;
   if (val) {
-    OMT_CHECK(val->labels.defined(), kInvalidArgument, "validation data '", val->source, "' has no labels");
-    xv = prepare_features(val->features, input, o.preprocess);
-    yv = targets_of(*val);
+    const NamedTensors val_bound = bind_inputs(*val, inputs, o.inputs);
+    xv = InputSources(val_bound, inputs, o.preprocess).all();
+    yv = labels_of(*val, val_bound);
   }
-  const int64_t classes = output_classes(*model);
-  if (loss_takes_class_labels(loss)) {
-    check_labels(y, classes, train.source);
-    if (val) check_labels(yv, classes, val->source);
-  }
+  const bool tokens = class_labels && y.rank() >= 2;
 
   MirroredTrainer trainer(model, o.spec, o.mirror);
   const int world = trainer.world_size();
@@ -417,6 +442,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     log << trainer.plan().buckets.explain(names);
   }
   EpochSampler sampler(x.size(), o.global_batch, world, o.seed, o.shuffle);
+  OMT_CHECK(!class_labels || counted_labels(y, o.spec.ignore_index) > 0, kInvalidArgument, "every label of '",
+            train.source, "' is the ignore index ", o.spec.ignore_index, " (--ignore-index): nothing to train on");
   const int64_t spe = sampler.steps_per_epoch();
   const int64_t total = o.max_steps > 0 ? o.max_steps : o.epochs * spe;
   const int64_t epochs = o.max_steps > 0 ? (o.max_steps + spe - 1) / spe : o.epochs;
@@ -467,15 +494,16 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
         << ", " << spe << " steps per epoch, " << trainer.plan().buckets.buckets.size() << " gradient bucket(s)"
         << (o.mirror.overlap ? "" : ", no overlap") << "\n";
 
-  BatchPrefetcher loader(sampler, x, y, input.name, trainer.local_replicas(), trainer.first_global_replica(),
-                         trainer.replicas_fill_cores());
+  BatchPrefetcher loader(sampler, x, y, class_labels, o.spec.ignore_index, trainer.local_replicas(),
+                         trainer.first_global_replica(), trainer.replicas_fill_cores());
   std::vector<double> rates;
   bool stop = false;
   SamplerPosition next_pos = pos;  // where the next step would start
   for (int64_t e = pos.epoch; e < epochs && !stop; ++e) {
     const auto epoch_start = Clock::now();
     double loss_sum = 0;
-    int64_t samples = 0, correct = 0, steps_in_epoch = 0;
+    int64_t samples = 0, counted = 0, steps_in_epoch = 0;
+    ClassScores train_scores;     // classes: accuracy over the epoch
     RegressionSums train_errors;  // regression: |output - target| over the epoch
     const int64_t first = e == pos.epoch ? pos.step : 0;
     const int64_t last = std::min(spe, first + (total - step));
@@ -487,7 +515,12 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       const std::vector<ReplicaBatch>& shards = prepared.shards;
       const int64_t global_samples = prepared.global_samples;
       lr_now = schedule.lr_at(step, e, spe, total);
-      const MirroredStepResult res = trainer.step(shards, global_samples, lr_now);
+      // A global batch of padding only (possible with token labels) has nothing to learn from.
+      if (prepared.global_count == 0) {
+        next_pos = sampler.next({e, s});
+        continue;
+      }
+      const MirroredStepResult res = trainer.step(shards, global_samples, lr_now, prepared.global_count);
       ++step;
       ++steps_in_epoch;
       if (!std::isfinite(res.loss)) {
@@ -501,14 +534,15 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
                  result.last_checkpoint.empty() ? std::string(". ") : ". The last good checkpoint is " + result.last_checkpoint + ". ",
                  "Lower --lr, normalise the inputs, or check the data for NaN.");
       }
-      loss_sum += res.loss * static_cast<double>(global_samples);
+      loss_sum += res.loss * static_cast<double>(prepared.global_count);
+      counted += prepared.global_count;
       samples += global_samples;
       for (int r = 0; r < trainer.local_replicas(); ++r) {
         if (!shards[r].size() || !res.outputs[r].size()) continue;
         if (regression)
           train_errors.add(res.outputs[r].at(scored.name), shards[r].labels, false);
-        else
-          correct += count_correct(res.outputs[r].at(res.outputs[r].names()[0]), shards[r].labels);
+        else if (class_labels)
+          train_scores.add(res.outputs[r].at(scored.name), shards[r].labels, o.spec.class_axis, o.spec.ignore_index);
       }
       if (res.timing.step_ms > 0) rates.push_back(static_cast<double>(global_samples) / (res.timing.step_ms / 1000.0));
       StepStats st;
@@ -523,7 +557,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       st.exposed_comm_ms = res.timing.exposed_comm_ms;
       result.steps.push_back(st);
       write_metrics([&](MetricsWriter& m) { m.write_step(st); });
-      if (bar) bar->update(s - first + 1, samples, loss_sum / static_cast<double>(samples));
+      if (bar) bar->update(s - first + 1, samples, loss_sum / static_cast<double>(counted));
       if (o.check_every > 0 && step % o.check_every == 0) trainer.check_consistency();
       const SamplerPosition next = sampler.next({e, s});
       next_pos = next;
@@ -540,21 +574,28 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     }
     if (bar) bar->finish();
     if (comm && comm->size() > 1) {
-      std::vector<double> counts = {static_cast<double>(correct), train_errors.absolute,
-                                    static_cast<double>(train_errors.count)};
+      std::vector<double> counts = {static_cast<double>(train_scores.correct), static_cast<double>(train_scores.counted),
+                                    train_errors.absolute, static_cast<double>(train_errors.count),
+                                    train_scores.scored ? 0.0 : 1.0};
       trainer.sum_over_processes(counts.data(), counts.size(), DType::kFloat64);  // NCCL too
-      correct = static_cast<int64_t>(counts[0]);
-      train_errors.absolute = counts[1];
-      train_errors.count = static_cast<int64_t>(counts[2]);
+      train_scores.correct = static_cast<int64_t>(counts[0]);
+      train_scores.counted = static_cast<int64_t>(counts[1]);
+      train_errors.absolute = counts[2];
+      train_errors.count = static_cast<int64_t>(counts[3]);
+      train_scores.scored = counts[4] == 0;
     }
     EpochStats es;
     es.epoch = e + 1;
     es.steps = steps_in_epoch;
     es.samples = samples;
     es.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
-    es.train_loss = samples ? loss_sum / static_cast<double>(samples) : NAN;
+    es.train_loss = counted ? loss_sum / static_cast<double>(counted) : NAN;
     es.regression = regression;
-    es.train_accuracy = samples && classes > 0 && !regression ? static_cast<double>(correct) / static_cast<double>(samples) : NAN;
+    es.train_accuracy = class_labels && train_scores.scored && train_scores.counted
+                            ? static_cast<double>(train_scores.correct) / static_cast<double>(train_scores.counted)
+                            : NAN;
+    es.tokens = tokens;
+    if (tokens) es.train_perplexity = std::exp(es.train_loss);
     es.train_mae = regression && train_errors.count ? train_errors.absolute / static_cast<double>(train_errors.count) : NAN;
     es.samples_per_s = es.seconds > 0 ? static_cast<double>(samples) / es.seconds : 0;
     es.steps_per_s = es.seconds > 0 ? static_cast<double>(steps_in_epoch) / es.seconds : 0;
@@ -562,10 +603,11 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     es.val_loss = es.val_accuracy = NAN;
     if (leader && val && !stop) {
       Predictor predictor(std::make_shared<const Model>(trainer.trained_model()), trainer.local_replicas(), o.mirror.session);
-      const EvalResult ev = evaluate(predictor, input.name, xv, yv, 1000, eval_target);
+      const EvalResult ev = evaluate(predictor, xv, yv, eval_batch, eval_target);
       es.val_loss = ev.loss;
       es.val_accuracy = ev.accuracy;
       es.val_mae = ev.mae;
+      es.val_perplexity = ev.perplexity;
     }
     result.epochs.push_back(es);
     write_metrics([&](MetricsWriter& m) { m.write_epoch(es); });
@@ -574,6 +616,14 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
           << " steps/s, " << static_cast<int64_t>(es.samples_per_s) << " samples/s, train loss (" << loss_kind_name(loss)
           << ") " << sig(es.train_loss) << ", train mae " << sig(es.train_mae)
           << (std::isnan(es.val_loss) ? std::string() : ", val loss " + sig(es.val_loss) + ", val mae " + sig(es.val_mae))
+          << "\n";
+    else if (leader && tokens)
+      log << "epoch " << es.epoch << "/" << epochs << ": " << fmt(es.seconds, 1) << " s, " << fmt(es.steps_per_s, 1)
+          << " steps/s, " << static_cast<int64_t>(es.samples_per_s) << " samples/s, train loss " << fmt(es.train_loss)
+          << ", perplexity " << sig(es.train_perplexity) << ", token accuracy " << fmt(100 * es.train_accuracy, 2) << "%"
+          << (std::isnan(es.val_loss) ? std::string()
+                                      : ", val loss " + fmt(es.val_loss) + ", val perplexity " + sig(es.val_perplexity) +
+                                            ", val token accuracy " + fmt(100 * es.val_accuracy, 2) + "%")
           << "\n";
     else if (leader)
       log << "epoch " << es.epoch << "/" << epochs << ": " << fmt(es.seconds, 1) << " s, " << fmt(es.steps_per_s, 1)
@@ -600,8 +650,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   if (leader) {
     Predictor predictor(std::make_shared<const Model>(result.trained), trainer.local_replicas(), o.mirror.session);
-    result.final_eval = val ? evaluate(predictor, input.name, xv, yv, 1000, eval_target)
-                            : evaluate(predictor, input.name, x.all(), y, 1000, eval_target);
+    result.final_eval = val ? evaluate(predictor, xv, yv, eval_batch, eval_target)
+                            : evaluate(predictor, x.all(), y, eval_batch, eval_target);
   }
   if (leader && o.compare_single && !result.interrupted) {
     MirrorOptions single = o.mirror;
@@ -616,9 +666,11 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     for (int64_t s = 0; s < n1; ++s) {
       const GlobalBatch gb = s1.batch(0, s);
       std::vector<ReplicaBatch> shard(1);
-      shard[0].inputs.set(input.name, x.gather(gb.indices));
+      shard[0].inputs = x.gather(gb.indices);
       shard[0].labels = gather_rows(y, gb.indices);
-      const MirroredStepResult res = one.step(shard, gb.size(), o.lr);
+      if (class_labels) shard[0].loss_count = counted_labels(shard[0].labels, o.spec.ignore_index);
+      if (shard[0].weight() == 0) continue;
+      const MirroredStepResult res = one.step(shard, gb.size(), o.lr, shard[0].weight());
       r1.push_back(static_cast<double>(gb.size()) / (res.timing.step_ms / 1000.0));
     }
     const std::vector<double> warm1(r1.begin() + std::min<size_t>(r1.size(), 5), r1.end());
@@ -630,6 +682,10 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     if (regression)
       log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, " << regression_summary(ev, loss)
           << "\n";
+    else if (ev.tokens)
+      log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, " << ev.positions
+          << " counted tokens, token accuracy " << fmt(100 * ev.accuracy, 2) << "%, loss " << fmt(ev.loss)
+          << ", perplexity " << sig(ev.perplexity) << "\n";
     else
       log << "\n" << (val ? "validation" : "training") << " set: " << ev.samples << " samples, accuracy "
           << fmt(100 * ev.accuracy, 2) << "%, loss " << fmt(ev.loss) << "\n";
@@ -650,6 +706,9 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       const std::string metrics_path = metrics->path();
       std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s}};
       if (!regression) extra.push_back({"final_accuracy", ev.accuracy});
+      if (!regression) extra.push_back({"final_loss", ev.loss});
+      if (ev.tokens) extra.push_back({"final_perplexity", ev.perplexity});
+      if (ev.tokens) extra.push_back({"positions", static_cast<double>(ev.positions)});
       if (result.single_samples_per_s > 0) extra.push_back({"single_samples_per_s", result.single_samples_per_s});
       write_metrics([&](MetricsWriter& m) {
         if (regression)

@@ -30,6 +30,12 @@ struct EvalResult {
   bool regression = false;  // scored against float targets
   double mse = kNoValue;    // float targets: means over every target element
   double mae = kNoValue;
+  // Token labels (class labels with positions: [N, T] against [N, T, C]): loss and accuracy
+  // are over the counted positions (not ignore_index), perplexity = exp(loss), and there is
+  // no confusion matrix.
+  bool tokens = false;
+  int64_t positions = 0;    // class labels: the positions that counted
+  double perplexity = kNoValue;
 };
 
 // What evaluate scores: the output it reads ("" = the first) and, for float targets, which
@@ -37,15 +43,22 @@ struct EvalResult {
 struct EvalTarget {
   std::string output;
   LossKind loss = LossKind::kMse;
+  int64_t class_axis = -1;      // class labels: the output axis holding the classes
+  int64_t ignore_index = -100;  // class labels: positions that do not count
 };
 
 // Runs `predict` over prepared features in chunks and scores the output against int64 class
 // labels or float targets (prepare_targets: shaped like the output). Every sample is counted
 // exactly once. kInvalidArgument when the output and the targets hold different counts.
+// `inputs` holds every model input, prepared, the samples along dimension 0.
 using PredictFn = std::function<NamedTensors(const NamedTensors& feeds)>;
+EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const Tensor& labels, int64_t chunk = 1000,
+                    const EvalTarget& target = {});
 EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
 // The same with a Predictor.
+EvalResult evaluate(Predictor& predictor, const NamedTensors& inputs, const Tensor& labels, int64_t chunk = 1000,
+                    const EvalTarget& target = {});
 EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
 
@@ -61,6 +74,11 @@ struct FitOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   Preprocess preprocess;
+  int64_t eval_batch = 0;        // samples per evaluation chunk; 0 = the global batch
+  InputMap inputs;               // model input -> data array (--input); unmapped inputs take their own name
+  // Class labels are the token ids shifted by one (Note [Shifted labels]): the data's labels
+  // when it has some, else its 'input_ids' array (or its only integer input).
+  bool shift_labels = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // steps; 0 = only at the end and on interrupt
   int keep_checkpoints = 3;

@@ -276,6 +276,10 @@ void MetricsWriter::write_epoch(const EpochStats& e) {
     j["train_mae"] = number_or_null(e.train_mae);
     j["val_mae"] = number_or_null(e.val_mae);
   }
+  if (e.tokens) {
+    j["train_perplexity"] = number_or_null(e.train_perplexity);
+    j["val_perplexity"] = number_or_null(e.val_perplexity);
+  }
   write_line(j.dump());
 }
 

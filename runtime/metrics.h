@@ -85,6 +85,11 @@ struct EpochStats {
   bool regression = false;
   double train_mae = kNoValue;  // regression: mean |output - target| over every element
   double val_mae = kNoValue;
+  // Token labels ([N, T] against [N, T, C] logits): the loss and accuracies are over the
+  // positions that count (not ignore_index), and perplexity is exp(loss).
+  bool tokens = false;
+  double train_perplexity = kNoValue;
+  double val_perplexity = kNoValue;
   double samples_per_s = 0.0;
   double steps_per_s = 0.0;
   double lr = kNoValue;  // learning rate at the end of the epoch

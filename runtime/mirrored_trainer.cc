@@ -179,7 +179,7 @@ struct MirroredTrainer::Impl {
     std::unique_ptr<Session> backward, update;
     NamedTensors params, state;
     NamedTensors update_feeds;  // sliced update: views of this replica's slices, built once
-    Tensor gathered;            // the deferred input rows of the step (ReplicaBatch::deferred), reused
+    NamedTensors gathered;      // the deferred input rows of the step (ReplicaBatch::deferred), reused
     std::vector<Tensor> buckets;
     std::vector<Tensor> grad_views;  // per parameter: its slot in its bucket (built once)
     std::vector<TraceEvent> events;
@@ -223,7 +223,7 @@ struct MirroredTrainer::Impl {
   std::atomic<int> remaining{0};          // replica threads still in the current step
   bool stopping = false;
   const std::vector<ReplicaBatch>* batches = nullptr;
-  int64_t global_samples = 0;
+  int64_t global_count = 0;  // the loss seed's denominator (Note [Targets of any shape])
   float lr = 0;
 
   // Stores a new value of replica r's parameter or state `name`: in place into shared storage
@@ -366,7 +366,7 @@ struct MirroredTrainer::Impl {
   void run_replica(int r) {
     Replica& rep = reps[r];
     const ReplicaBatch& batch = (*batches)[r];
-    const int64_t n = batch.size();
+    const int64_t n = batch.size() > 0 ? batch.weight() : 0;  // Note [Targets of any shape]
     rep.compute_ms = rep.exposed_ms = 0;
     rep.loss = 0;
     rep.outputs = NamedTensors();
@@ -387,16 +387,16 @@ struct MirroredTrainer::Impl {
         if (opt.trace) rep.events.push_back({"gather rows", "data", g0, now_us() - g0, r});
       }
       for (const auto& name : tg.data_inputs)
-        f.set(name, batch.deferred.source && name == batch.deferred.input ? rep.gathered : batch.inputs.at(name));
+        f.set(name, batch.deferred.source && rep.gathered.has(name) ? rep.gathered.at(name) : batch.inputs.at(name));
       if (!tg.labels.empty()) f.set(tg.labels, batch.labels);
-      f.set(tg.loss_scale, Tensor::scalar<float>(static_cast<float>(static_cast<double>(n) / global_samples)));
+      f.set(tg.loss_scale, Tensor::scalar<float>(static_cast<float>(static_cast<double>(n) / global_count)));
       for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
       for (const auto& s : plan.batchnorm_states) f.set(s, rep.state.at(s));
       NamedTensors out = rep.backward->run(f, &bw_hooks);
       if (on_device)
         rep.loss_value = out.at(tg.loss);  // downloaded once the update is enqueued
       else
-        rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_samples);
+        rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_count);
       for (const auto& s : tg.states)
         if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
       for (const auto& o : model->graph.outputs) rep.outputs.set(o.name, out.at(o.name));
@@ -463,7 +463,7 @@ struct MirroredTrainer::Impl {
     if (opt.trace && t1 - t0 > 1) rep.events.push_back({"wait all-reduces", "wait", t0, t1 - t0, r});
     if (n > 0)
       rep.loss = rep.backend->to_host(rep.loss_value).value_as_double(0) * static_cast<double>(n) /
-                 static_cast<double>(global_samples);
+                 static_cast<double>(global_count);
     rep.loss_value = Tensor();
     NamedTensors host;
     for (const auto& name : rep.outputs.names()) host.set(name, rep.backend->to_host(rep.outputs.at(name)));
@@ -775,11 +775,15 @@ int MirroredTrainer::first_global_replica() const {
   return impl_->R * (impl_->opt.comm ? impl_->opt.comm->rank() : 0);
 }
 
-MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr) {
+MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr,
+                                         int64_t global_count) {
   Impl& m = *impl_;
   OMT_CHECK(static_cast<int>(local.size()) == m.R, kInvalidArgument, "step got ", local.size(),
             " shards for ", m.R, " local replicas");
   OMT_CHECK(global_samples > 0, kInvalidArgument, "a global batch needs at least one sample");
+  if (global_count < 0) global_count = global_samples;
+  OMT_CHECK(global_count > 0, kInvalidArgument, "the global batch of ", global_samples,
+            " samples has no position the loss counts: every label is the ignore index");
   const double t0 = m.now_us();
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -792,7 +796,7 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   {
     std::lock_guard<std::mutex> lock(m.pool_mu);
     m.batches = &local;
-    m.global_samples = global_samples;
+    m.global_count = global_count;
     m.lr = lr;
     m.remaining.store(m.R - 1, std::memory_order_relaxed);
     m.published.store(++m.generation, std::memory_order_release);

@@ -49,24 +49,28 @@ struct MirrorOptions {
 };
 
 // Rows of a data set that the replica gathers itself, on its own thread, at the start of its
-// step (Note [Gather on the replica] in fit.cc). `source` must outlive the step.
+// step (Note [Gather on the replica] in fit.cc): every model input in `source`. `source` must
+// outlive the step.
 struct DeferredRows {
-  std::string input;                      // the model input they feed
-  const FeatureSource* source = nullptr;  // null: nothing deferred
+  const InputSources* source = nullptr;  // null: nothing deferred
   std::vector<int64_t> rows;
 };
 
 // One local replica's shard of a global batch (may hold 0 samples).
 // Note [Targets of any shape]: labels are rows of the global batch's labels along dimension 0,
-// whatever follows it: int64 [n] class labels, or float regression targets [n, ...] shaped
-// like the model output ([n, seq, d] for a sequence model). The losses average over every
-// element of the shard, and the loss seed n / n_global (Note [Step schedule]) makes the sum
-// over replicas the mean over the global batch for either kind.
+// whatever follows it: int64 [n] class labels, int64 [n, T] token labels, or float regression
+// targets [n, ...] shaped like the model output ([n, seq, d] for a sequence model). The losses
+// average over the shard's counted positions (every element; for class labels those that are
+// not ignore_index), and the loss seed count / global count (Note [Step schedule]) makes the
+// sum over replicas the mean over the global batch's counted positions, however unevenly
+// padding falls on the replicas.
 struct ReplicaBatch {
-  NamedTensors inputs;  // one array per model input, batch first
+  NamedTensors inputs;    // one array per model input, batch first
   Tensor labels;          // Note [Targets of any shape]
-  DeferredRows deferred;  // one more input, still to gather
+  DeferredRows deferred;  // inputs still to gather
+  int64_t loss_count = -1;  // positions the loss counts in this shard; -1: one per sample
   int64_t size() const;
+  int64_t weight() const { return loss_count >= 0 ? loss_count : size(); }
 };
 
 // Where the time of a step went, per replica, in milliseconds (averaged over local replicas).
@@ -101,11 +105,14 @@ class MirroredTrainer {
   bool replicas_fill_cores() const;
 
   // One synchronous training step. `local[r]` is local replica r's shard; `global_samples`
-  // is the size of the global batch over all replicas of all processes. Loss and gradients
-  // are normalised by the real global count, so the update equals one replica's on the
-  // whole batch. Throws (on every process) when a replica or peer fails; never hangs past
-  // the timeout.
-  MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr);
+  // is the size of the global batch over all replicas of all processes, and `global_count`
+  // the positions its loss counts (the sum of every shard's weight(); -1: global_samples).
+  // Loss and gradients are normalised by the real global count, so the update equals one
+  // replica's on the whole batch. A shard with samples but no counted position adds nothing
+  // (its forward does not run). Throws (on every process) when a replica or peer fails;
+  // never hangs past the timeout.
+  MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr,
+                          int64_t global_count = -1);
 
   // Sums host `data` (count elements) over the processes in place, through the process
   // group; a device-memory one (NCCL) gets an upload and gives a download. A no-op in one

@@ -392,6 +392,8 @@ std::string render_report(const ReportData& d) {
       card(os, "final training loss", fixed(last.train_loss, 4));
       if (std::isfinite(last.val_accuracy)) card(os, "final validation accuracy", percent(last.val_accuracy));
       if (std::isfinite(last.val_loss)) card(os, "final validation loss", fixed(last.val_loss, 4));
+      if (std::isfinite(last.val_perplexity)) card(os, "final validation perplexity", fixed(last.val_perplexity, 3));
+      else if (std::isfinite(last.train_perplexity)) card(os, "final training perplexity", fixed(last.train_perplexity, 3));
       if (std::isfinite(last.val_mae)) card(os, "final validation MAE", significant(last.val_mae));
       card(os, "training time", html_escape(format_duration(seconds)));
       card(os, "mean samples/s", rate(seconds > 0 ? samples / seconds : kNoValue));

@@ -14,7 +14,11 @@ namespace omt::tools {
 namespace {
 
 struct EvalArgs {
-  std::string model, data = "fashion-mnist:test", labels = "labels", device = "cpu", loss;
+  std::string model, data = "fashion-mnist:test", labels = "labels", device = "cpu", loss, model_output;
+  std::vector<std::string> input_maps;
+  int64_t ignore_index = -100, batch = 1000;
+  int class_axis = -1;
+  bool shift_labels = false;
   int replicas = 1, threads = 0;
   bool no_scale = false;
   float mean = 0.0f, std = 1.0f;
@@ -30,21 +34,37 @@ int run_eval(const EvalArgs& a) {
   lazy.build_kernels = false;
   lazy.device = a.device;  // checked now, before the data loads
   onnx_mirror::Model model = onnx_mirror::Model::load(a.model, lazy);
-  const auto inputs = model.inputs();
-  if (inputs.size() != 1)
-    throw Error(ErrorKind::kInvalidArgument, "eval scores models with one input; '" + a.model + "' has " +
-                                                 std::to_string(inputs.size()));
   const onnx_mirror::Dataset d = onnx_mirror::load_dataset(a.data, a.labels);
-  if (!d.labels.defined())
-    throw Error(ErrorKind::kInvalidArgument, "'" + a.data + "' has no labels ('" + a.labels + "')");
-  onnx_mirror::Preprocess pre;
-  pre.scale = !a.no_scale;
-  pre.mean = a.mean;
-  pre.std = a.std;
-  const onnx_mirror::Tensor x = model.prepare(d.features, pre);
+  if (!d.labels.defined() && !a.shift_labels)
+    throw Error(ErrorKind::kInvalidArgument, "'" + a.data + "' has no labels ('" + a.labels +
+                                                 "'); name them with --labels, or pass --shift-labels for a causal LM");
+  onnx_mirror::EvalOptions o;
+  o.preprocess.scale = !a.no_scale;
+  o.preprocess.mean = a.mean;
+  o.preprocess.std = a.std;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
-  const onnx_mirror::EvalResult r = model.evaluate(x, d.labels, a.replicas, 1000, threads, a.loss);
+  o.threads_per_replica = a.threads > 0 ? a.threads : std::max(1, cores / a.replicas);
+  o.replicas = a.replicas;
+  o.chunk = a.batch;
+  o.loss = a.loss;
+  o.output = a.model_output;
+  o.class_axis = a.class_axis;
+  o.ignore_index = a.ignore_index;
+  o.shift_labels = a.shift_labels;
+  for (const auto& m : a.input_maps) {
+    const auto eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+      throw Error(ErrorKind::kInvalidArgument, "--input '" + m + "' is not INPUT=ARRAY (a model input, '=', an array of the data)");
+    o.input_map[m.substr(0, eq)] = m.substr(eq + 1);
+  }
+  const onnx_mirror::EvalResult r = model.evaluate(d, o);
+  if (r.tokens) {  // the text of train's summary for token labels
+    std::cout << std::fixed << std::setprecision(4) << d.source << ": " << r.samples << " samples, " << r.positions
+              << " counted tokens, token accuracy " << std::setprecision(2) << 100 * r.accuracy << "%, loss "
+              << std::setprecision(4) << r.loss << ", perplexity " << std::defaultfloat << std::setprecision(4)
+              << r.perplexity << "\n";
+    return 0;
+  }
   if (r.regression) {  // the text of train's summary (runtime/fit.cc), so the two compare
     const bool own_loss = !a.loss.empty() && a.loss != "mse" && a.loss != "l1" && a.loss != "mae";
     std::cout << std::setprecision(4) << d.source << ": " << r.samples << " samples, ";
@@ -69,6 +89,12 @@ void register_eval(CLI::App& app) {
   sub->add_option("--data", a->data, "fashion-mnist[:test|:train], IMAGES,LABELS IDX files, or DATA.npz");
   sub->add_option("--labels", a->labels, "label array name in an .npz (integers: classes; floats: regression targets)");
   sub->add_option("--loss", a->loss, "for a regression, the loss to report besides mse and mae: l1 | bce_with_logits");
+  sub->add_option("--model-output", a->model_output, "the output scored (default: the first)");
+  sub->add_option("--input", a->input_maps, "INPUT=ARRAY: feed model input INPUT from data array ARRAY; repeatable");
+  sub->add_option("--class-axis", a->class_axis, "the output axis holding the classes (default -1, the last)");
+  sub->add_option("--ignore-index", a->ignore_index, "label value that does not count (default -100)");
+  sub->add_flag("--shift-labels", a->shift_labels, "causal LM: labels are the token ids shifted by one");
+  sub->add_option("--batch", a->batch, "samples per predict (bounds memory)")->check(count_in(1, int64_t{1} << 40));
   sub->add_option("--replicas", a->replicas, "local replicas the data is split across")->check(machine_count(false));
   sub->add_option("--threads", a->threads, "threads per replica")->check(machine_count(true));
   sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -37,6 +38,11 @@ struct TrainArgs {
   std::string labels = "labels", loss, model_output;  // loss "": chosen from the labels' dtype
   std::string train_regex, freeze_regex, batchnorm = "batch";
   int class_axis = -1;
+  std::vector<std::string> input_maps;  // --input INPUT=ARRAY
+  int64_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+  bool shift_labels = false;
+  int64_t eval_batch = 0;
   std::string optimizer = "sgd";
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
@@ -71,6 +77,16 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "running (frozen running statistics, as in inference)");
   sub->add_option("--class-axis", a.class_axis,
                   "class losses: the output axis holding the classes (default -1, the last; 1 for [N,C,H,W])");
+  sub->add_option("--input", a.input_maps,
+                  "INPUT=ARRAY: feed model input INPUT from data array ARRAY (default: the array of its name); "
+                  "repeat for several inputs");
+  sub->add_option("--ignore-index", a.ignore_index,
+                  "class losses: label value that does not count (padding; default -100, as torch)");
+  sub->add_option("--label-smoothing", a.label_smoothing, "softmax cross-entropy label smoothing, as torch's")
+      ->check(finite_in(0, 1));
+  sub->add_flag("--shift-labels", a.shift_labels,
+                "causal LM: the label of position t is token t+1 of the labels (or, without labels, of input_ids); "
+                "the last position is ignored");
   if (!with_optimizer) return;
   sub->add_option("--optimizer", a.optimizer, "sgd | adam | adamw");
   sub->add_option("--lr", a.lr, "learning rate")->check(finite_at_least(0));
@@ -94,6 +110,8 @@ onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
   o.freeze_regex = a.freeze_regex;
   o.batchnorm = a.batchnorm;
   o.class_axis = a.class_axis;
+  o.ignore_index = a.ignore_index;
+  o.label_smoothing = a.label_smoothing;
   o.optimizer = a.optimizer;
   o.lr = a.lr;
   o.momentum = a.momentum;
@@ -125,7 +143,20 @@ std::string shape_str(const onnx_mirror::Shape& shape) {
   return s + "]";
 }
 
-// A batch source: arrays for the model inputs plus labels, all sharing dimension 0.
+// --input INPUT=ARRAY options as a map; exit 2 for a malformed one.
+std::map<std::string, std::string> input_map(const TrainArgs& a) {
+  std::map<std::string, std::string> map;
+  for (const auto& m : a.input_maps) {
+    const auto eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+      fail(ErrorKind::kInvalidArgument, "--input '", m, "' is not INPUT=ARRAY (a model input, '=', an array of the data)");
+    if (!map.emplace(m.substr(0, eq), m.substr(eq + 1)).second)
+      fail(ErrorKind::kInvalidArgument, "--input names model input '", m.substr(0, eq), "' twice");
+  }
+  return map;
+}
+
+// A batch for `grad`: every model input prepared from its array, and the labels.
 struct Data {
   Tensors inputs;
   Tensor labels;
@@ -133,43 +164,23 @@ struct Data {
 };
 
 Data load_training_data(const std::string& spec, const onnx_mirror::Model& model, const TrainArgs& a) {
+  const onnx_mirror::Dataset ds = onnx_mirror::load_dataset(spec, a.labels);
   Data d;
-  const bool labelled = spec.rfind("fashion-mnist", 0) == 0 || spec.find(',') != std::string::npos;
-  const auto inputs = model.inputs();
-  onnx_mirror::TensorList arrays;  // in file order
-  if (labelled) {
-    if (inputs.size() != 1)
-      fail(ErrorKind::kInvalidArgument, "'", spec, "' provides one feature array but the model has ", inputs.size(),
-           " inputs");
-    const onnx_mirror::Dataset ds = onnx_mirror::load_dataset(spec);
-    arrays.emplace_back(inputs[0].name, model.prepare(ds.features, onnx_mirror::Preprocess{}));
-    d.labels = ds.labels;
-  } else {
-    arrays = onnx_mirror::read_arrays(spec);
-    if (a.loss != "model") {
-      auto it = arrays.begin();
-      while (it != arrays.end() && it->first != a.labels) ++it;
-      if (it == arrays.end()) {
-        std::string names;
-        for (const auto& [n, t] : arrays) names += (names.empty() ? "'" : ", '") + n + "'";
-        fail(ErrorKind::kInvalidArgument, "'", spec, "' has no label array named '", a.labels,
-             "' (--labels); its arrays are: ", names);
-      }
-      d.labels = it->second;
-      arrays.erase(it);
-    }
+  // Image data sets are scaled as `train` scales them; .npz arrays are the model's inputs as they are.
+  onnx_mirror::Preprocess pre;
+  pre.scale = spec.rfind("fashion-mnist", 0) == 0 || spec.find(',') != std::string::npos;
+  d.inputs = model.prepare_inputs(ds, input_map(a), pre);
+  d.size = ds.size();
+  d.labels = ds.labels;
+  if (a.shift_labels) {
+    const auto ids = d.inputs.find("input_ids");
+    if (!d.labels.defined() && ids == d.inputs.end())
+      fail(ErrorKind::kInvalidArgument, "--shift-labels: '", spec, "' has no label array '", a.labels,
+           "' and the model no 'input_ids' input to take the token ids from");
+    d.labels = onnx_mirror::shift_labels(d.labels.defined() ? d.labels : ids->second, a.ignore_index);
   }
-  for (const auto& [name, t] : arrays) {
-    if (t.rank() < 1)
-      fail(ErrorKind::kInvalidArgument, "array '", name, "' is a scalar; training data needs a batch dimension");
-    if (d.size != 0 && t.dim(0) != d.size)
-      fail(ErrorKind::kInvalidArgument, "array '", name, "' has ", t.dim(0), " samples, other arrays have ", d.size);
-    d.size = t.dim(0);
-    d.inputs[name] = t;
-  }
-  if (d.labels.defined() && !(d.labels.rank() >= 1 && d.labels.dim(0) == d.size))
-    fail(ErrorKind::kInvalidArgument, "labels '", a.labels, "' have shape ", shape_str(d.labels.shape()),
-         " but the data has ", d.size, " samples");
+  if (!d.labels.defined() && a.loss != "model")
+    fail(ErrorKind::kInvalidArgument, "'", spec, "' has no label array named '", a.labels, "' (--labels)");
   return d;
 }
 
@@ -432,6 +443,9 @@ int run_train(const TrainArgs& a, char** argv) {
   config.check_every = a.check_every;
   config.compare_single = a.compare_single;
   config.explain_buckets = a.explain_buckets;
+  config.inputs = input_map(a);
+  config.shift_labels = a.shift_labels;
+  config.eval_batch = a.eval_batch;
   for (char** p = argv; *p; ++p) config.command_line += std::string(p == argv ? "" : " ") + *p;
   config.stop = &g_stop;
   config.log = &std::cout;  // fit logs on rank 0 only
@@ -455,10 +469,8 @@ int run_train(const TrainArgs& a, char** argv) {
 
   // Data that does not fit the model is reported before the model's own problems (as fit
   // checks it first): one sample of each set through the preprocessing.
-  if (model.inputs().size() == 1) {
-    model.prepare(train.features.slice_rows(0, std::min<int64_t>(train.size(), 1)), config.preprocess);
-    if (val) model.prepare(val->features.slice_rows(0, std::min<int64_t>(val->size(), 1)), config.preprocess);
-  }
+  model.prepare_inputs(train.slice(0, std::min<int64_t>(train.size(), 1)), config.inputs, config.preprocess);
+  if (val) model.prepare_inputs(val->slice(0, std::min<int64_t>(val->size(), 1)), config.inputs, config.preprocess);
   onnx_mirror::Trainer trainer(model, options);
   const onnx_mirror::FitReport r = trainer.fit(train, val.get(), config);
   const int status = r.interrupted ? 130 : 0;
@@ -531,6 +543,8 @@ void register_train(CLI::App& app) {
     sub->add_option("--output", a->output, "TRAINED.onnx: the inference model with trained parameters");
     sub->add_option("--threads", a->threads, "kernel threads per replica (default: cores / replicas)")
         ->check(machine_count(true));
+    sub->add_option("--eval-batch", a->eval_batch, "samples per evaluation batch (default: --global-batch)")
+        ->check(count_in(0, int64_t{1} << 40));
     set_action(sub, [a] { return run_train(*a, g_argv); });
   }
   {

@@ -2,6 +2,7 @@
 // A Dataset holds Tensor handles (no copy); it is a plain value with no synchronisation.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "onnx_mirror/tensor.h"
@@ -9,26 +10,41 @@
 namespace onnx_mirror {
 
 struct Dataset {
-  Tensor features;     // [N, ...]: float arrays shaped for the model, or raw (e.g. uint8 images)
-  // Integer: class labels, int64 [N]. Float: regression targets [N, ...] of any trailing shape
-  // (converted to the model output's dtype and per-sample shape when fit reads them).
+  // A one-input model's input: [N, ...] float arrays shaped for the model, or raw (e.g. uint8
+  // images). When set, it is what that input reads, whatever `inputs` holds.
+  Tensor features;
+  // Integer: class labels, int64 [N] (one per sample) or [N, T] (one per position: token
+  // labels against [N, T, C] logits; positions holding TrainerOptions::ignore_index do not
+  // count). Float: regression targets [N, ...] of any trailing shape (converted to the model
+  // output's dtype and per-sample shape when fit reads them).
   Tensor labels;
   std::string source;  // for messages; "" = "in-memory arrays"
   std::string label_name = {};  // the label array's name in the file, for messages ("" = "labels")
-  int64_t size() const { return features.defined() ? features.dim(0) : 0; }
+  // Without `features`: the model inputs, by array name, all [N, ...]. A model input takes the
+  // array of its name, or the one FitConfig::inputs maps to it; a one-input model also takes
+  // the only array whatever its name. Token ids and masks may be any integer type; they are
+  // converted to the input's.
+  Tensors inputs = {};
+  int64_t size() const;                             // samples: rows of features or of the inputs
   Dataset slice(int64_t begin, int64_t end) const;  // rows [begin, end), copies
   bool has_float_targets() const;                   // labels are regression targets
 };
 
 // SPEC: "fashion-mnist", "fashion-mnist:train" or "fashion-mnist:test" (files in
 // $OMT_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist); "IMAGES.idx[.gz],LABELS.idx[.gz]";
-// or an .npz with a label array `labels_name` and a feature array `features_name` (or the only
-// other array). Features come back as stored (uint8 images stay uint8: see Model::prepare);
-// integer labels as int64 [N] (one per sample: [N] or [N,1] stored), float labels as stored
-// (regression targets, N along dimension 0). Errors: kIo (missing file), kInvalidArgument
+// or an .npz with a label array `labels_name`; every other array (only `features_name` when
+// given) is a feature array, in `inputs` by name and, when it is the only one, also in
+// `features`. Features come back as stored (uint8 images stay uint8: see Model::prepare);
+// integer labels as int64 ([N,1] stored becomes [N]; [N, T] token labels stay), float labels
+// as stored (regression targets, N along dimension 0). Errors: kIo (missing file), kInvalidArgument
 // (bad arrays, naming the file, the arrays, their shapes and dtypes and the fix).
 Dataset load_dataset(const std::string& spec, const std::string& labels_name = "labels",
                      const std::string& features_name = "");
+
+// Labels of a causal language model from its token ids [N, T]: position t's label is token
+// t + 1; the last position gets `ignore_index`. kInvalidArgument for anything but integer ids
+// of rank >= 2.
+Tensor shift_labels(const Tensor& ids, int64_t ignore_index = -100);
 
 // How raw features become model inputs (Model::prepare, Trainer::fit).
 struct Preprocess {

@@ -6,6 +6,7 @@
 // Models share nothing, so they run concurrently and never see each other's weights.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,26 @@ struct EvalResult {
   bool regression = false;    // scored against float targets
   double mse = 0, mae = 0;    // float targets: mean squared / absolute error over every
                               // element; NaN for class labels
+  // Token labels ([N, T] against [N, T, C] logits): loss and accuracy are over the counted
+  // positions (not the ignore index), perplexity = exp(loss), the confusion matrix is empty.
+  bool tokens = false;
+  int64_t positions = 0;      // class labels: positions that counted
+  double perplexity = 0;      // NaN unless tokens
+};
+
+// How Model::evaluate scores (the same choices as training's, so that it reproduces them).
+struct EvalOptions {
+  int replicas = 1;
+  int64_t chunk = 1000;         // samples per predict
+  int threads_per_replica = 0;  // 0 keeps the threads of the last predict (1 at first)
+  std::string loss;             // "" : classes for integer labels, mse for float targets
+  std::string output;           // the output scored; "" = the first
+  int class_axis = -1;          // class labels: the output axis holding the classes
+  int64_t ignore_index = -100;  // class labels: positions that do not count
+  bool shift_labels = false;    // labels = the token ids shifted by one (a causal LM)
+  // Model input -> array of the inputs given, for arrays not named after their input.
+  std::map<std::string, std::string> input_map;
+  Preprocess preprocess;        // applied to raw (integer pixel) inputs
 };
 
 class Trainer;
@@ -93,11 +114,21 @@ class Model {
   // targets that do not fit the output, or float targets with a class-label loss.
   EvalResult evaluate(const Tensor& features, const Tensor& labels, int replicas = 1,
                       int64_t chunk = 1000, int threads_per_replica = 0, const std::string& loss = "");
+  // The same for a data set of any number of inputs (Dataset::inputs, or features for a
+  // one-input model), raw arrays prepared as fit prepares them; token labels ([N, T]) are
+  // scored per counted position. kInvalidArgument names every input left without an array.
+  EvalResult evaluate(const Dataset& data, const EvalOptions& options = {});
 
   // Raw features (e.g. uint8 images [N,28,28]) converted to the first input's dtype and
   // shape ([N,1,28,28] float, scaled and normalised). kInvalidArgument when the element
   // counts disagree, saying how to fix it.
   Tensor prepare(const Tensor& raw_features, const Preprocess& preprocess = {}) const;
+  // Every model input of `data`, prepared, by input name: each input takes the array
+  // `input_map` names for it, else the array of its own name (a one-input model: the only
+  // array); integer arrays are converted to the input's integer type. kInvalidArgument names
+  // every input left without an array, with the arrays there are.
+  Tensors prepare_inputs(const Dataset& data, const std::map<std::string, std::string>& input_map = {},
+                         const Preprocess& preprocess = {}) const;
 
   // Float initializers (weights, biases, normalisation statistics) in graph order.
   std::vector<std::string> parameter_names() const;

@@ -52,6 +52,10 @@ struct TrainerOptions {
   // Class losses: the output axis holding the classes; -1 = the last ([B, T, C] token logits
   // with labels [B, T]; axis 1 of an [N, C] output). Pass 1 for [N, C, H, W].
   int class_axis = -1;
+  // Class losses: label positions holding this value do not count (padding; torch's default).
+  int64_t ignore_index = -100;
+  // softmax_cross_entropy: torch's label_smoothing, in [0, 1].
+  float label_smoothing = 0.0f;
   int replicas = 1;            // local replicas (threads), each with a share of every batch
   int threads_per_replica = 1;
   int64_t bucket_cap_bytes = 25 << 20;   // all-reduce bucket size cap
@@ -87,6 +91,13 @@ struct FitConfig {
   uint64_t seed = 0;
   bool shuffle = true;
   Preprocess preprocess;       // applied to raw (integer) features
+  // Model input -> data array (Dataset::inputs), for arrays not named after their input.
+  std::map<std::string, std::string> inputs;
+  // Class labels are the token ids shifted by one position (a causal LM: the label of
+  // position t is token t + 1, the last position is ignored): the data's labels, or without
+  // them its 'input_ids' input (or its only integer input).
+  bool shift_labels = false;
+  int64_t eval_batch = 0;      // samples per evaluation predict; 0 = the global batch
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;
@@ -125,6 +136,7 @@ struct EpochReport {
   double seconds = 0;
   double train_loss = 0, train_accuracy = 0, val_loss = 0, val_accuracy = 0;  // NaN: not measured
   double train_mae = 0, val_mae = 0;  // regression (float targets); NaN otherwise
+  double train_perplexity = 0, val_perplexity = 0;  // token labels; NaN otherwise
   double samples_per_s = 0, lr = 0;
 };
 

@@ -17,12 +17,15 @@ Tensor read_labels(const Tensor& t, const std::string& name, const std::string& 
                    const std::string& features) {
   const std::string where = "'" + source + "': ";
   if (dtype_is_integer(t.dtype())) {
-    const bool one_per_sample = t.rank() == 1 || (t.rank() >= 1 && t.numel() == t.dim(0));
-    OMT_CHECK(one_per_sample && t.dim(0) == samples, kInvalidArgument, where, "label array '", name, "' is ",
+    OMT_CHECK(t.rank() >= 1 && t.dim(0) == samples, kInvalidArgument, where, "label array '", name, "' is ",
               t.describe(), " but feature array '", features, "' holds ", samples,
-              " samples. Integer arrays are class labels, one per sample ([", samples, "] or [", samples,
-              ",1]); store regression targets as floats (numpy: y.astype(np.float32)).");
-    Tensor out = Tensor::empty(DType::kInt64, {t.numel()});
+              " samples. Integer arrays are class labels with the samples along dimension 0: one per sample ([",
+              samples, "]) or one per position ([", samples,
+              ", T] token labels); store regression targets as floats (numpy: y.astype(np.float32)).");
+    const bool one_per_sample = t.numel() == t.dim(0);
+    Shape shape = one_per_sample ? Shape{t.dim(0)} : t.shape();
+    if (t.dtype() == DType::kInt64) return t.reshaped(shape);
+    Tensor out = Tensor::empty(DType::kInt64, shape);
     int64_t* p = out.data<int64_t>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int64_t>(t.value_as_double(i));
     return out;
@@ -40,11 +43,11 @@ Tensor read_labels(const Tensor& t, const std::string& name, const std::string& 
 Dataset load_idx_pair(const std::string& images, const std::string& labels, const std::string& source) {
   Dataset d;
   d.source = source;
-  d.feature_name = "images";
   d.label_name = "labels";
-  d.features = read_idx(images);
-  OMT_CHECK(d.features.rank() >= 1, kInvalidArgument, "'", images, "' holds a scalar, not samples");
-  d.labels = read_labels(read_idx(labels), labels, labels, d.features.dim(0), images);
+  const Tensor x = read_idx(images);
+  OMT_CHECK(x.rank() >= 1, kInvalidArgument, "'", images, "' holds a scalar, not samples");
+  d.features.set("images", x);
+  d.labels = read_labels(read_idx(labels), labels, labels, x.dim(0), images);
   return d;
 }
 
@@ -71,32 +74,91 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name,
   const NamedTensors arrays = read_arrays(spec);
   Dataset d;
   d.source = spec;
-  if (!features_name.empty()) {
-    OMT_CHECK(arrays.has(features_name), kInvalidArgument, "'", spec, "' has no array named '",
-              features_name, "'");
-    d.feature_name = features_name;
-  } else {
-    std::vector<std::string> features;
-    for (const auto& n : arrays.names())
-      if (n != labels_name) features.push_back(n);
-    if (features.size() > 1) {
-      std::string all;
-      for (const auto& n : features) all += (all.empty() ? "'" : ", '") + n + "'";
-      OMT_FAIL(kInvalidArgument, "'", spec, "' holds several feature arrays (", all,
-               "); name the one to use. A model with several inputs cannot be trained from the "
-               "command line yet (predict feeds each input from the array of its name).");
-    }
-    if (!features.empty()) d.feature_name = features[0];
-    OMT_CHECK(!d.feature_name.empty(), kInvalidArgument, "'", spec, "' holds no feature array");
+  if (!features_name.empty())
+    OMT_CHECK(arrays.has(features_name), kInvalidArgument, "'", spec, "' has no array named '", features_name, "'");
+  std::string first;
+  for (const auto& n : arrays.names()) {
+    if (n == labels_name || (!features_name.empty() && n != features_name)) continue;
+    const Tensor& t = arrays.at(n);
+    OMT_CHECK(t.rank() >= 1, kInvalidArgument, "'", spec, "': feature array '", n, "' is ", t.describe(),
+              "; features need the samples along dimension 0");
+    if (first.empty()) first = n;
+    OMT_CHECK(t.dim(0) == arrays.at(first).dim(0), kInvalidArgument, "'", spec, "': feature array '", n, "' is ",
+              t.describe(), " but '", first, "' is ", arrays.at(first).describe(),
+              "; every array needs the same samples along dimension 0");
+    d.features.set(n, t);
   }
-  d.features = arrays.at(d.feature_name);
-  OMT_CHECK(d.features.rank() >= 1, kInvalidArgument, "'", spec, "': feature array '", d.feature_name, "' is ",
-            d.features.describe(), "; features need the samples along dimension 0");
+  OMT_CHECK(!first.empty(), kInvalidArgument, "'", spec, "' holds no feature array",
+            arrays.has(labels_name) ? str_cat(" besides the labels '", labels_name, "'") : std::string());
   if (arrays.has(labels_name)) {
     d.label_name = labels_name;
-    d.labels = read_labels(arrays.at(labels_name), labels_name, spec, d.features.dim(0), d.feature_name);
+    d.labels = read_labels(arrays.at(labels_name), labels_name, spec, d.size(), first);
   }
   return d;
+}
+
+const Tensor& Dataset::only_features() const {
+  if (features.size() == 1) return features.at(features.names()[0]);
+  std::string all;
+  for (const auto& n : features.names()) all += (all.empty() ? "'" : ", '") + n + "'";
+  OMT_FAIL(kInvalidArgument, "'", source, "' holds ", features.size(), " feature arrays (", all,
+           "); this needs exactly one");
+}
+
+namespace {
+std::string describe_input(const ValueInfo& v) {
+  return str_cat("'", v.name, "' (", v.dtype == DType::kUndefined ? "?" : dtype_name(v.dtype), " ", v.shape_str(), ")");
+}
+std::string array_list(const NamedTensors& arrays) {
+  std::string all;
+  for (const auto& n : arrays.names()) all += str_cat(all.empty() ? "" : ", ", "'", n, "' ", arrays.at(n).describe());
+  return all.empty() ? "none" : all;
+}
+}  // namespace
+
+NamedTensors bind_inputs(const Dataset& data, const std::vector<ValueInfo>& inputs, const InputMap& map) {
+  for (const auto& [input, array] : map) {
+    const bool known = std::any_of(inputs.begin(), inputs.end(), [&](const ValueInfo& v) { return v.name == input; });
+    if (!known) {
+      std::string names;
+      for (const auto& v : inputs) names += (names.empty() ? "" : ", ") + describe_input(v);
+      OMT_FAIL(kInvalidArgument, "--input ", input, "=", array, ": the model has no input '", input,
+               "'; its inputs are ", names);
+    }
+    OMT_CHECK(data.features.has(array), kInvalidArgument, "--input ", input, "=", array, ": '", data.source,
+              "' has no feature array '", array, "'; its arrays are ", array_list(data.features),
+              data.label_name == array ? " ('" + array + "' holds the labels)" : std::string());
+  }
+  NamedTensors bound;
+  std::vector<std::string> missing;
+  for (const auto& v : inputs) {
+    const auto it = map.find(v.name);
+    if (it != map.end())
+      bound.set(v.name, data.features.at(it->second));
+    else if (data.features.has(v.name))
+      bound.set(v.name, data.features.at(v.name));
+    else if (inputs.size() == 1 && data.features.size() == 1)
+      bound.set(v.name, data.features.at(data.features.names()[0]));
+    else
+      missing.push_back(describe_input(v));
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+    OMT_FAIL(kInvalidArgument, "'", data.source, "' has no array for model input", missing.size() > 1 ? "s " : " ",
+             names, ". Its feature arrays are ", array_list(data.features),
+             ". Name each array after its input, or map it with --input INPUT=ARRAY.");
+  }
+  return bound;
+}
+
+void parse_input_mapping(const std::string& text, InputMap& map) {
+  const auto eq = text.find('=');
+  OMT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < text.size(), kInvalidArgument, "--input '", text,
+            "' is not INPUT=ARRAY (a model input name, '=', an array name in the data)");
+  const std::string input = text.substr(0, eq);
+  OMT_CHECK(!map.count(input), kInvalidArgument, "--input names model input '", input, "' twice");
+  map[input] = text.substr(eq + 1);
 }
 
 namespace {
@@ -175,10 +237,25 @@ Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Pr
   const Shape target = prepared_shape(features, input);
   const DType want = prepared_dtype(input);
   if (want != DType::kFloat32) {
-    OMT_CHECK(features.dtype() == want, kInvalidArgument, "model input '", input.name, "' is ",
-              dtype_name(want), " but the data is ", features.describe(),
-              "; convert the data to ", dtype_name(want));
-    return features.reshaped(target);
+    if (features.dtype() == want) return features.reshaped(target);
+    // Token ids and masks stored as another integer type (uint16 token files, int32 arrays).
+    OMT_CHECK(dtype_is_integer(want) && dtype_is_integer(features.dtype()) && want != DType::kBool &&
+                  features.dtype() != DType::kBool,
+              kInvalidArgument, "model input '", input.name, "' is ", dtype_name(want), " but the data is ",
+              features.describe(), "; convert the data to ", dtype_name(want));
+    Tensor out = Tensor::empty(want, target);
+    const double lo = want == DType::kInt32 ? -2147483648.0 : want == DType::kInt64 ? -9.3e18 : -1e300;
+    const double hi = want == DType::kInt32 ? 2147483647.0 : want == DType::kInt64 ? 9.3e18 : 1e300;
+    for (int64_t i = 0; i < features.numel(); ++i) {
+      const double v = features.value_as_double(i);
+      OMT_CHECK(v >= lo && v <= hi, kInvalidArgument, "model input '", input.name, "' is ", dtype_name(want),
+                " but value ", v, " at position ", i, " of the data does not fit it");
+      if (want == DType::kInt64) out.data<int64_t>()[i] = static_cast<int64_t>(v);
+      else if (want == DType::kInt32) out.data<int32_t>()[i] = static_cast<int32_t>(v);
+      else OMT_FAIL(kInvalidArgument, "model input '", input.name, "' is ", dtype_name(want), " but the data is ",
+                    features.describe(), "; convert the data to ", dtype_name(want));
+    }
+    return out;
   }
   Tensor out = Tensor::empty(want, target);
   const int64_t total = features.numel();
@@ -226,6 +303,29 @@ Tensor FeatureSource::all() const {
   std::vector<int64_t> rows(static_cast<size_t>(size()));
   for (int64_t i = 0; i < size(); ++i) rows[static_cast<size_t>(i)] = i;
   return gather(rows);
+}
+
+InputSources::InputSources(const NamedTensors& bound, const std::vector<ValueInfo>& inputs, const Preprocess& pre) {
+  for (const auto& v : inputs) {
+    names_.push_back(v.name);
+    sources_.emplace_back(bound.at(v.name), v, pre);
+    OMT_CHECK(sources_.back().size() == sources_[0].size(), kInvalidArgument, "the array for model input '", v.name,
+              "' holds ", sources_.back().size(), " samples but the one for '", names_[0], "' holds ",
+              sources_[0].size(), "; every input needs the same samples");
+  }
+}
+
+NamedTensors InputSources::gather(const std::vector<int64_t>& rows, NamedTensors reuse) const {
+  NamedTensors out;
+  for (size_t i = 0; i < sources_.size(); ++i)
+    out.set(names_[i], sources_[i].gather(rows, reuse.has(names_[i]) ? std::move(reuse.at(names_[i])) : Tensor()));
+  return out;
+}
+
+NamedTensors InputSources::all() const {
+  NamedTensors out;
+  for (size_t i = 0; i < sources_.size(); ++i) out.set(names_[i], sources_[i].all());
+  return out;
 }
 
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reuse) {
@@ -277,6 +377,95 @@ Tensor prepare_targets(const Tensor& targets, const ValueInfo& output, DType dty
     for (int64_t i = 0; i < total; ++i) dst[i] = targets.value_as_double(i);
   }
   return out;
+}
+
+Tensor prepare_class_labels(const Tensor& given, const ValueInfo& output, int64_t class_axis,
+                            int64_t ignore_index, const std::string& what) {
+  OMT_CHECK(dtype_is_integer(given.dtype()) && given.dtype() != DType::kBool && given.rank() >= 1, kInvalidArgument,
+            what, " is ", given.describe(), "; class labels are integers with the samples along dimension 0");
+  Tensor labels = given;
+  if (given.dtype() != DType::kInt64) {
+    labels = Tensor::empty(DType::kInt64, given.shape());
+    for (int64_t i = 0; i < given.numel(); ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(given.value_as_double(i));
+  }
+  const int64_t n = labels.dim(0);
+  if (!output.shape || output.shape->size() < 2) return labels;
+  const auto& dims = *output.shape;
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  const int64_t axis = class_axis < 0 ? class_axis + rank : class_axis;
+  if (axis < 1 || axis >= rank) return labels;  // build_training_graph names the bad axis
+  Shape want = {n};
+  bool known = true;
+  for (int64_t d = 1; d < rank; ++d) {
+    if (d == axis) continue;
+    known = known && dims[d].is_fixed();
+    want.push_back(dims[d].value);
+  }
+  Shape have = labels.shape();
+  if (known) {
+    OMT_CHECK(shape_numel(want) == labels.numel(), kInvalidArgument, what, " is ", labels.describe(),
+              " but the model output '", output.name, "' ", output.shape_str(), " with its classes on axis ", axis,
+              " takes labels ", shape_str(want), rank == 2 ? " (one class per sample)" : " (one class per position)",
+              ". Write labels of that shape",
+              rank > 2 ? ", pass --class-axis for outputs with the classes elsewhere, or --shift-labels for a causal LM"
+                       : "",
+              ".");
+    have = want;
+  } else {
+    OMT_CHECK(labels.rank() == rank - 1, kInvalidArgument, what, " is ", labels.describe(), " but the model output '",
+              output.name, "' ", output.shape_str(), " with its classes on axis ", axis, " takes labels of rank ",
+              rank - 1, ". Write labels with one class per position of the output.");
+  }
+  const int64_t classes = dims[axis].is_fixed() ? dims[axis].value : -1;
+  const int64_t* y = labels.data<int64_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    if (y[i] == ignore_index) continue;
+    OMT_CHECK(y[i] >= 0 && (classes < 0 || y[i] < classes), kInvalidArgument, "label ", y[i], " at position ", i,
+              " of ", what, " is out of range for the model output '", output.name, "', which scores ", classes,
+              " classes (0..", classes - 1, ") and ignores ", ignore_index,
+              " (--ignore-index). Use a model with more outputs or fix the labels.");
+  }
+  return labels.reshaped(have);
+}
+
+Tensor shift_labels(const Tensor& ids, int64_t ignore_index, const std::string& what) {
+  OMT_CHECK(dtype_is_integer(ids.dtype()) && ids.dtype() != DType::kBool && ids.rank() >= 2, kInvalidArgument,
+            "--shift-labels needs token ids [N, T], but ", what, " is ", ids.describe());
+  const int64_t n = ids.dim(0), t = ids.dim(1), inner = ids.numel() / std::max<int64_t>(1, n * t);
+  Tensor out = Tensor::empty(DType::kInt64, ids.shape());
+  int64_t* dst = out.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < t; ++p)
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t o = (i * t + p) * inner + k;
+        dst[o] = p + 1 < t ? static_cast<int64_t>(ids.value_as_double(o + inner)) : ignore_index;
+      }
+  return out;
+}
+
+Tensor token_ids(const Dataset& d, const NamedTensors& bound) {
+  if (bound.has("input_ids")) return bound.at("input_ids");
+  std::vector<std::string> integer;
+  for (const auto& n : bound.names())
+    if (dtype_is_integer(bound.at(n).dtype()) && bound.at(n).dtype() != DType::kBool) integer.push_back(n);
+  OMT_CHECK(integer.size() == 1, kInvalidArgument, "--shift-labels: '", d.source, "' has no label array '",
+            d.label_name.empty() ? "labels" : d.label_name, "' and ", integer.empty() ? "no" : "more than one",
+            " integer model input to take the token ids from; name the input 'input_ids' or store the labels "
+            "(the token ids) as 'labels'");
+  return bound.at(integer[0]);
+}
+
+int64_t counted_labels(const Tensor& labels, int64_t ignore_index) {
+  const int64_t* y = labels.data<int64_t>();
+  return labels.numel() - std::count(y, y + labels.numel(), ignore_index);
+}
+
+int64_t counted_labels(const Tensor& labels, const std::vector<int64_t>& rows, int64_t ignore_index) {
+  const int64_t per_row = labels.dim(0) ? labels.numel() / labels.dim(0) : 0;
+  const int64_t* y = labels.data<int64_t>();
+  int64_t counted = 0;
+  for (int64_t r : rows) counted += per_row - std::count(y + r * per_row, y + (r + 1) * per_row, ignore_index);
+  return counted;
 }
 
 }  // namespace omt

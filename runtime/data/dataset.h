@@ -3,6 +3,7 @@
 // (Debian's dataset-fashion-mnist, as shipped). The label array's dtype decides which.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,26 +14,42 @@ namespace omt {
 
 struct Dataset {
   std::string source;
-  std::string feature_name;  // the array's name in the file ("images" for IDX)
+  // Every feature array by name, in file order, each [N, ...] as stored (uint8 images stay
+  // uint8 until prepared; IDX images are "images"). A model input takes the array of its name
+  // (bind_inputs).
+  NamedTensors features;
   std::string label_name;    // the label array's name ("labels" for IDX)
-  Tensor features;           // [N, ...] as stored (uint8 images stay uint8 until prepared)
-  // Integer arrays are class labels: int64 [N]. Float arrays are regression targets, kept as
+  // Integer arrays are class labels, int64: [N] (one per sample; [N,1] is stored as [N]) or
+  // [N, T, ...] (one per position: token labels). Float arrays are regression targets, kept as
   // stored: [N, ...] of any trailing shape. Undefined when the data has none.
   Tensor labels;
-  int64_t size() const { return features.defined() ? features.dim(0) : 0; }
+  int64_t size() const { return features.size() ? features.at(features.names()[0]).dim(0) : 0; }
   bool has_float_targets() const { return labels.defined() && dtype_is_float(labels.dtype()); }
+  // The one feature array of a one-array data set; kInvalidArgument naming them otherwise.
+  const Tensor& only_features() const;
 };
 
 // Where the Fashion-MNIST files live: $OMT_FASHION_MNIST_DIR or the Debian package's folder.
 std::string fashion_mnist_dir();
 
 // SPEC: "fashion-mnist" or "fashion-mnist:train" / "fashion-mnist:test";
-// "IMAGES.idx[.gz],LABELS.idx[.gz]"; or an .npz with the feature array and a label array
-// named `labels_name` (feature array: `features_name`, or the only other array). Integer
-// labels must hold one per sample ([N] or [N,1]); float targets need N along dimension 0.
-// kInvalidArgument naming the file, the arrays, their shapes and dtypes otherwise.
+// "IMAGES.idx[.gz],LABELS.idx[.gz]"; or an .npz (or .npy) whose array `labels_name` holds the
+// labels and every other array is a feature array (only `features_name` when given). Every
+// array holds the same samples along dimension 0. kInvalidArgument naming the file, the
+// arrays, their shapes and dtypes otherwise.
 Dataset load_dataset(const std::string& spec, const std::string& labels_name = "labels",
                      const std::string& features_name = "");
+
+// Note [Inputs from arrays]: which data array feeds each model input. `map` (model input ->
+// array, from --input NAME=ARRAY) first, then the array of the input's own name; a model with
+// one input takes the only feature array whatever its name. kInvalidArgument naming every
+// input left without an array at once (with the arrays there are and the fix), a mapping to an
+// input or array that does not exist, and arrays of the wrong rank.
+using InputMap = std::map<std::string, std::string>;
+NamedTensors bind_inputs(const Dataset& data, const std::vector<ValueInfo>& inputs, const InputMap& map = {});
+
+// Parses "NAME=ARRAY" (--input); kInvalidArgument for anything else.
+void parse_input_mapping(const std::string& text, InputMap& map);
 
 struct Preprocess {
   bool scale = true;  // integer pixels -> float in [0,1] (divide by 255)
@@ -60,6 +77,23 @@ class FeatureSource {
   bool convert_ = false;
 };
 
+// The model inputs of a batch: one FeatureSource per input, all rows drawn together.
+class InputSources {
+ public:
+  InputSources() = default;
+  // `bound` from bind_inputs; every array holds the same number of samples.
+  InputSources(const NamedTensors& bound, const std::vector<ValueInfo>& inputs, const Preprocess& pre);
+  int64_t size() const { return sources_.empty() ? 0 : sources_[0].size(); }
+  const std::vector<std::string>& names() const { return names_; }
+  // Rows `rows` of every input, prepared, written into `reuse`'s tensors where they fit.
+  NamedTensors gather(const std::vector<int64_t>& rows, NamedTensors reuse = NamedTensors()) const;
+  NamedTensors all() const;  // every row of every input, prepared
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<FeatureSource> sources_;
+};
+
 // Rows `rows` of t ([N, ...]) as a new [rows.size(), ...] tensor. When `reuse` already has that
 // dtype and shape and nobody else holds it, the rows are written into it instead (no
 // allocation).
@@ -77,5 +111,28 @@ Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Pr
 // a [batch,1] output instead of broadcasting). kInvalidArgument when the counts differ,
 // naming `what` (the array and its file), both shapes and the fix.
 Tensor prepare_targets(const Tensor& targets, const ValueInfo& output, DType dtype, const std::string& what);
+
+// Class labels checked against model output `output`, whose classes lie on `class_axis` (-1:
+// the last): each sample's labels have the output's per-sample shape without the class axis
+// ([N] for [N, C] logits, [N, T] for [N, T, C]), and every value is a class in [0, C) or
+// `ignore_index`. Returns them shaped so. kInvalidArgument naming `what`, both shapes (or the
+// first bad value and where it is) and the fix.
+Tensor prepare_class_labels(const Tensor& labels, const ValueInfo& output, int64_t class_axis,
+                            int64_t ignore_index, const std::string& what);
+
+// Note [Shifted labels]: labels for a causal language model from its token ids [N, T]: the
+// label of position t is the token at t + 1, and the last position is `ignore_index`, as
+// Hugging Face's models shift labels = input_ids inside their loss. kInvalidArgument unless
+// `ids` is an integer array of rank >= 2.
+Tensor shift_labels(const Tensor& ids, int64_t ignore_index, const std::string& what);
+
+// What --shift-labels shifts when the data has no labels: the bound 'input_ids' input, or the
+// only integer one. kInvalidArgument saying what to name otherwise.
+Tensor token_ids(const Dataset& data, const NamedTensors& bound);
+
+// Class-label positions that count for the loss (not `ignore_index`): of every row, or of
+// rows `rows`.
+int64_t counted_labels(const Tensor& labels, int64_t ignore_index);
+int64_t counted_labels(const Tensor& labels, const std::vector<int64_t>& rows, int64_t ignore_index);
 
 }  // namespace omt

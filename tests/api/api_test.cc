@@ -313,3 +313,82 @@ TEST(ApiTest, EvaluateFillsTheConfusionMatrix) {
 }
 
 }  // namespace
+
+namespace token_models {
+
+// tests/reference/tokens/make_tokens.py's torch references, by key.
+std::map<std::string, Tensor> reference(const std::string& model) {
+  std::map<std::string, Tensor> ref;
+  for (auto& [name, t] : onnx_mirror::read_arrays(source("tests/data/tokens/" + model + "_ref.npz"))) ref[name] = t;
+  return ref;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<float> g = got.to_vector<float>();
+  const std::vector<double> w = want.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_LE(std::fabs(g[i] - w[i]), 1e-5 + 1e-4 * std::fabs(w[i])) << what << " [" << i << "]";
+}
+
+// A causal LM through the API as a user writes it: a Dataset of token ids and padded labels,
+// shift_labels and label smoothing, AdamW, fit on 1 and 2 replicas, then predict and evaluate.
+TEST(ApiTest, LanguageModelFitMatchesTorchOnAnyReplicaCount) {
+  const auto ref = reference("gpt2");
+  for (int replicas : {1, 2}) {
+    Model model = Model::load(source("tests/data/tokens/gpt2_lm.onnx"));
+    TrainerOptions o;
+    o.optimizer = "adamw";
+    o.lr = 0.01f;
+    o.weight_decay = 0.01f;
+    o.label_smoothing = 0.1f;
+    o.replicas = replicas;
+    Trainer trainer(model, o);
+    const onnx_mirror::Dataset data = onnx_mirror::load_dataset(source("tests/data/tokens/gpt2_data.npz"));
+    ASSERT_EQ(data.inputs.count("input_ids"), 1u);
+    onnx_mirror::FitConfig cfg;
+    cfg.batch = 8;
+    cfg.max_steps = 3;
+    cfg.shuffle = false;
+    cfg.shift_labels = true;
+    const onnx_mirror::FitReport r = trainer.fit(data, nullptr, cfg);
+    EXPECT_EQ(r.steps_done, 3);
+    expect_close(model.predict(data.inputs).at("logits"), ref.at("adamw/logits"), "logits");
+    EXPECT_TRUE(r.final_eval.tokens);
+    EXPECT_NEAR(r.final_eval.perplexity, std::exp(r.final_eval.loss), 1e-6 * r.final_eval.perplexity);
+    onnx_mirror::EvalOptions eo;
+    eo.shift_labels = true;
+    eo.replicas = 2;
+    const onnx_mirror::EvalResult ev = model.evaluate(data, eo);
+    EXPECT_NEAR(ev.loss, r.final_eval.loss, 1e-6);
+    EXPECT_EQ(ev.positions, r.final_eval.positions);
+    EXPECT_EQ(ev.confusion.num_classes(), 0);
+  }
+}
+
+// Three inputs by name and Trainer::step on 2 replicas: 3 SGD steps are torch's.
+TEST(ApiTest, MultiInputStepsMatchTorch) {
+  const auto ref = reference("bert");
+  Model model = Model::load(source("tests/data/tokens/bert_cls.onnx"));
+  TrainerOptions o;
+  o.lr = 0.1f;
+  o.replicas = 2;
+  Trainer trainer(model, o);
+  const onnx_mirror::Dataset data = onnx_mirror::load_dataset(source("tests/data/tokens/bert_data.npz"));
+  const onnx_mirror::Tensors inputs = model.prepare_inputs(data);
+  const std::vector<double> losses = ref.at("sgd/losses").to_vector<double>();
+  for (int s = 0; s < 3; ++s) EXPECT_NEAR(trainer.step(inputs, data.labels), losses[s], 1e-5) << "step " << s + 1;
+  expect_close(model.predict(inputs).at("logits"), ref.at("sgd/logits"), "logits");
+  // An input without an array is named, with the arrays there are.
+  onnx_mirror::Dataset partial = data;
+  partial.inputs.erase("token_type_ids");
+  try {
+    model.prepare_inputs(partial);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'token_type_ids'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace token_models

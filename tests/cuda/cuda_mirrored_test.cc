@@ -113,8 +113,7 @@ TEST(CudaMirrored, FitRunsAShortEpoch) {
   const auto [x, y] = cnn_batch(64, 3);
   Dataset train;
   train.source = "random";
-  train.feature_name = "input";
-  train.features = x;
+  train.features.set("input", x);
   train.labels = y;
   FitOptions o;
   o.spec = sgd();

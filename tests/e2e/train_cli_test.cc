@@ -32,7 +32,7 @@ std::string write_slice(const test::TempDir& dir, const std::string& name, const
   const Dataset d = load_dataset("fashion-mnist:" + split);
   NamedTensors out;
   Tensor images = Tensor::empty(DType::kUInt8, {n, 28, 28});
-  std::memcpy(images.raw(), d.features.raw(), images.nbytes());
+  std::memcpy(images.raw(), d.only_features().raw(), images.nbytes());
   Tensor labels = Tensor::empty(DType::kInt64, {n});
   for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = d.labels.data<int64_t>()[i] + label_offset;
   out.set("images", images);
@@ -121,6 +121,104 @@ TEST(TrainCli, GradOfDynamoExportsMatchesTorch) {
     }
     EXPECT_GE(compared, 20) << model;
   }
+}
+
+// Token-level and multi-input training through the CLI against torch
+// (tests/reference/tokens/make_tokens.py): a GPT-2 LM with --shift-labels, ignored padding
+// and label smoothing, and a three-input BERT classifier; 3 SGD or AdamW steps on the whole
+// batch, split over 1, 2 and 4 replicas whose shards hold different counts of counted tokens.
+// The step losses and the trained model's logits (predicted with 2 replicas) match torch's.
+TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
+  struct Case {
+    const char* model;
+    const char* extra;
+    const char* eval_extra;
+  };
+  for (const Case c : {Case{"gpt2", " --shift-labels --label-smoothing 0.1", " --shift-labels"}, Case{"bert", "", ""}}) {
+    const std::string base = source_path(std::string("tests/data/tokens/") + c.model);
+    const std::string onnx = base + (std::string(c.model) == "gpt2" ? "_lm.onnx" : "_cls.onnx");
+    const NamedTensors ref = read_npz(base + "_ref.npz");
+    const NamedTensors data = read_npz(base + "_data.npz");
+    NamedTensors inputs = data;
+    inputs.erase("labels");
+    for (const std::string opt : {"sgd", "adamw"}) {
+      for (int replicas : {1, 2, 4}) {
+        test::TempDir dir;
+        write_npz(dir.file("inputs.npz"), inputs);
+        const std::string hyper = opt == "sgd" ? " --lr 0.1" : " --lr 0.01 --weight-decay 0.01";
+        const auto r = run_tool("train " + onnx + " --data " + base + "_data.npz" + c.extra +
+                                " --global-batch 8 --steps 3 --no-shuffle --optimizer " + opt + hyper +
+                                " --replicas " + std::to_string(replicas) + " --metrics " + dir.file("run.jsonl") +
+                                " --output " + dir.file("trained.onnx"));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        std::ifstream jsonl(dir.file("run.jsonl"));
+        std::vector<double> losses;
+        for (std::string line; std::getline(jsonl, line);) {
+          const auto j = nlohmann::json::parse(line);
+          if (j["type"] == "step") losses.push_back(j["loss"].get<double>());
+        }
+        const Tensor& want_losses = ref.at(opt + "/losses");
+        ASSERT_EQ(static_cast<int64_t>(losses.size()), want_losses.numel());
+        for (size_t i = 0; i < losses.size(); ++i)
+          EXPECT_NEAR(losses[i], want_losses.value_as_double(static_cast<int64_t>(i)),
+                      1e-5 + 1e-4 * std::fabs(want_losses.value_as_double(static_cast<int64_t>(i))))
+              << c.model << " " << opt << " " << replicas << " replicas, step " << i + 1;
+        const auto p = run_tool("predict " + dir.file("trained.onnx") + " --data " + dir.file("inputs.npz") +
+                                " --replicas 2 --output " + dir.file("out.npz"));
+        ASSERT_EQ(p.exit_code, 0) << p.output;
+        const Tensor got = read_npz(dir.file("out.npz")).at("logits");
+        const Tensor& want = ref.at(opt + "/logits");
+        ASSERT_EQ(got.shape(), want.shape());
+        for (int64_t i = 0; i < got.numel(); ++i)
+          ASSERT_LE(std::fabs(got.value_as_double(i) - want.value_as_double(i)), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
+              << c.model << " " << opt << " " << replicas << " replicas, logit " << i;
+      }
+    }
+    // `grad` reads the same data the same way: its loss is torch's before any step.
+    test::TempDir dir;
+    const auto g = run_tool("grad " + onnx + " --data " + base + "_data.npz" + c.extra + " --output " + dir.file("g.npz"));
+    ASSERT_EQ(g.exit_code, 0) << g.output;
+    EXPECT_NEAR(read_npz(dir.file("g.npz")).at("loss").value_as_double(0), ref.at("loss0").value_as_double(0), 1e-5);
+    // `eval` scores per counted token as training does.
+    const auto e = run_tool("eval " + onnx + " --data " + base + "_data.npz" + c.eval_extra);
+    ASSERT_EQ(e.exit_code, 0) << e.output;
+    if (std::string(c.model) == "gpt2") {
+      EXPECT_NE(e.output.find("counted tokens, token accuracy"), std::string::npos) << e.output;
+    }
+  }
+}
+
+// What a user gets wrong with token data is named before step 1.
+TEST(TrainCli, TokenDataErrorsNameTheProblem) {
+  test::TempDir dir;
+  const std::string gpt2 = source_path("tests/data/tokens/gpt2_lm.onnx");
+  const std::string bert = source_path("tests/data/tokens/bert_cls.onnx");
+  const NamedTensors data = read_npz(source_path("tests/data/tokens/bert_data.npz"));
+  NamedTensors two = data;
+  two.erase("token_type_ids");
+  two.erase("attention_mask");
+  write_npz(dir.file("one_input.npz"), two);
+  expect_failure(run_tool("train " + bert + " --data " + dir.file("one_input.npz") + " --steps 1"),
+                 {"no array for model inputs", "'attention_mask'", "'token_type_ids'", "--input"});
+  expect_failure(run_tool("train " + bert + " --data " + dir.file("one_input.npz") + " --input attention_mask=nope --steps 1"),
+                 {"--input attention_mask=nope", "no feature array 'nope'"});
+  expect_failure(run_tool("train " + bert + " --data " + dir.file("one_input.npz") + " --input mask=input_ids --steps 1"),
+                 {"no input 'mask'", "'attention_mask'"});
+  // GPT-2 token labels must be [N, T] for logits [N, T, V].
+  NamedTensors lm = read_npz(source_path("tests/data/tokens/gpt2_data.npz"));
+  Tensor short_labels = Tensor::zeros(DType::kInt64, {8, 5});
+  lm.set("labels", short_labels);
+  write_npz(dir.file("short.npz"), lm);
+  expect_failure(run_tool("train " + gpt2 + " --data " + dir.file("short.npz") + " --steps 1"),
+                 {"int64[8,5]", "'logits'", "[8,12]", "one class per position", "--shift-labels"});
+  Tensor far = Tensor::zeros(DType::kInt64, {8, 12});
+  far.data<int64_t>()[13] = 48;
+  lm.set("labels", far);
+  write_npz(dir.file("far.npz"), lm);
+  expect_failure(run_tool("train " + gpt2 + " --data " + dir.file("far.npz") + " --steps 1"),
+                 {"label 48 at position 13", "48 classes", "--ignore-index"});
+  expect_failure(run_tool("train " + gpt2 + " --data " + dir.file("far.npz") + " --label-smoothing 2 --steps 1"),
+                 {"--label-smoothing"});
 }
 
 TEST(TrainCli, TrainingErrorsNameTheProblem) {

@@ -86,14 +86,15 @@ NamedTensors train(const ModelCase& c, OptimizerKind opt, int processes, int rep
     MirroredTrainer trainer(model, spec, mo);
     for (int s = 0; s < steps; ++s) {
       const Data d = make_data(c, batch, static_cast<uint64_t>(s) + 1);
-      const FeatureSource source(d.x, ValueInfo{"input", DType::kFloat32, std::nullopt}, Preprocess{});
+      NamedTensors bound;
+      bound.set("input", d.x);
+      const InputSources source(bound, {ValueInfo{"input", DType::kFloat32, std::nullopt}}, Preprocess{});
       std::vector<ReplicaBatch> shards;
       for (int r = 0; r < replicas; ++r) {
         const int g = p * replicas + r;
         const int64_t b0 = batch * g / world, b1 = batch * (g + 1) / world;
         ReplicaBatch rb;
         if (deferred) {
-          rb.deferred.input = "input";
           rb.deferred.source = &source;
           for (int64_t i = b0; i < b1; ++i) rb.deferred.rows.push_back(b1 - 1 - (i - b0));  // reversed
           rb.labels = slice_rows(d.y, b0, b1);

@@ -79,8 +79,9 @@ TEST(Npy, CorruptFilesAreClearErrors) {
 
 TEST(Idx, ReadsFashionMnistFromTheDebianPackage) {
   const Dataset test_set = load_dataset("fashion-mnist:test");
-  EXPECT_EQ(test_set.features.shape(), (Shape{10000, 28, 28}));
-  EXPECT_EQ(test_set.features.dtype(), DType::kUInt8);
+  EXPECT_EQ(test_set.features.names(), (std::vector<std::string>{"images"}));
+  EXPECT_EQ(test_set.only_features().shape(), (Shape{10000, 28, 28}));
+  EXPECT_EQ(test_set.only_features().dtype(), DType::kUInt8);
   ASSERT_EQ(test_set.labels.numel(), 10000);
   std::vector<int64_t> counts(10, 0);
   for (int64_t i = 0; i < 10000; ++i) {
@@ -170,7 +171,7 @@ TEST(Dataset, FloatTargetsOfAnyShapeAreKeptAsRegressionTargets) {
   arrays.set("x", Tensor::zeros(DType::kFloat32, {6, 5, 8}));
   arrays.set("y", Tensor::from_vector<float>(std::vector<float>(6 * 5 * 8, 0.5f), {6, 5, 8}));
   const Dataset seq = load_dataset(npz(dir, "seq.npz", arrays), "y");
-  EXPECT_EQ(seq.feature_name, "x");
+  EXPECT_EQ(seq.features.names(), (std::vector<std::string>{"x"}));
   EXPECT_EQ(seq.label_name, "y");
   EXPECT_TRUE(seq.has_float_targets());
   EXPECT_TRUE(test::tensors_identical(seq.labels, arrays.at("y")));
@@ -201,9 +202,9 @@ TEST(Dataset, LabelArrayErrorsNameTheFileArraysShapesAndFix) {
                  {"short.npz", "'y'", "float32[5,3]", "5 samples", "'x'", "6 samples", "dimension 0"});
   const std::string scalar = with_labels("scalar.npz", Tensor::scalar<float>(1.f));
   expect_invalid([&] { load_dataset(scalar, "y"); }, {"scalar.npz", "'y'", "scalar", "[6, ...]"});
-  const std::string wide = with_labels("wide.npz", Tensor::zeros(DType::kInt64, {6, 2}));
+  const std::string wide = with_labels("wide.npz", Tensor::zeros(DType::kInt64, {5, 2}));
   expect_invalid([&] { load_dataset(wide, "y"); },
-                 {"wide.npz", "'y'", "int64[6,2]", "one per sample", "astype(np.float32)"});
+                 {"wide.npz", "'y'", "int64[5,2]", "6 samples", "one per position", "astype(np.float32)"});
   const std::string flags = with_labels("bool.npz", Tensor::from_vector<bool>(std::vector<bool>(6, true), {6}));
   expect_invalid([&] { load_dataset(flags, "y"); }, {"bool.npz", "'y'", "bool", "integer class indices or float"});
 }
@@ -225,6 +226,56 @@ TEST(Dataset, PrepareTargetsFitsTheModelOutput) {
                  {"array 'y' in 'd.npz'", "[5,7]", "35 values", "'output'", "[batch,5,8]", "40 values"});
   const ValueInfo open{"output", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{-1, "seq"}}};
   EXPECT_EQ(prepare_targets(Tensor::zeros(DType::kFloat32, {2, 7}), open, DType::kFloat32, "t").shape(), (Shape{2, 7}));
+}
+
+
+TEST(Dataset, InputsAreBoundByNameOrMappingAndMissingOnesAreNamedAtOnce) {
+  Dataset d;
+  d.source = "batch.npz";
+  d.features.set("input_ids", Tensor::zeros(DType::kInt32, {4, 6}));
+  d.features.set("mask", Tensor::zeros(DType::kInt64, {4, 6}));
+  const std::vector<ValueInfo> inputs = {
+      ValueInfo{"input_ids", DType::kInt64, std::vector<Dim>{Dim{-1, "batch"}, Dim{6, ""}}},
+      ValueInfo{"attention_mask", DType::kInt64, std::vector<Dim>{Dim{-1, "batch"}, Dim{6, ""}}},
+      ValueInfo{"token_type_ids", DType::kInt64, std::vector<Dim>{Dim{-1, "batch"}, Dim{6, ""}}}};
+  expect_invalid([&] { bind_inputs(d, inputs); },
+                 {"batch.npz", "model inputs", "'attention_mask'", "'token_type_ids'", "'input_ids' int32[4,6]",
+                  "--input INPUT=ARRAY"});
+  InputMap map;
+  parse_input_mapping("attention_mask=mask", map);
+  parse_input_mapping("token_type_ids=mask", map);
+  const NamedTensors bound = bind_inputs(d, inputs, map);
+  EXPECT_EQ(bound.names(), (std::vector<std::string>{"input_ids", "attention_mask", "token_type_ids"}));
+  // int32 ids become the input's int64, every input gathered with the same rows.
+  const InputSources sources(bound, inputs, Preprocess{});
+  const NamedTensors rows = sources.gather({3, 0});
+  EXPECT_EQ(rows.at("input_ids").dtype(), DType::kInt64);
+  EXPECT_EQ(rows.at("token_type_ids").shape(), (Shape{2, 6}));
+  expect_invalid([&] { parse_input_mapping("attention_mask", map); }, {"INPUT=ARRAY"});
+  expect_invalid([&] { parse_input_mapping("attention_mask=x", map); }, {"twice"});
+  InputMap bad;
+  parse_input_mapping("mask=mask", bad);
+  expect_invalid([&] { bind_inputs(d, inputs, bad); }, {"no input 'mask'", "'attention_mask'"});
+}
+
+TEST(Dataset, ShiftedLabelsAndCountedPositions) {
+  const Tensor ids = Tensor::from_vector<int32_t>({5, 6, 7, 8, 1, 2, 0, 0}, {2, 4});
+  const Tensor y = shift_labels(ids, -100, "ids");
+  EXPECT_EQ(y.dtype(), DType::kInt64);
+  EXPECT_EQ(y.to_vector<int64_t>(), (std::vector<int64_t>{6, 7, 8, -100, 2, 0, 0, -100}));
+  Tensor padded = y;
+  padded.data<int64_t>()[5] = padded.data<int64_t>()[6] = -100;
+  EXPECT_EQ(counted_labels(padded, -100), 4);
+  EXPECT_EQ(counted_labels(padded, std::vector<int64_t>{1}, -100), 1);
+  EXPECT_EQ(counted_labels(padded, std::vector<int64_t>{0, 1}, -100), 4);
+  expect_invalid([&] { shift_labels(Tensor::zeros(DType::kInt64, {4}), -100, "'y'"); }, {"[N, T]", "'y'", "int64[4]"});
+  // Labels against [N, T, C] logits: one class per position, or the ignore index.
+  const ValueInfo logits{"logits", DType::kFloat32, std::vector<Dim>{Dim{-1, "batch"}, Dim{4, ""}, Dim{9, ""}}};
+  EXPECT_EQ(prepare_class_labels(padded, logits, -1, -100, "y").shape(), (Shape{2, 4}));
+  expect_invalid([&] { prepare_class_labels(Tensor::zeros(DType::kInt64, {2}), logits, -1, -100, "'y'"); },
+                 {"'y'", "int64[2]", "[2,4]", "one class per position"});
+  padded.data<int64_t>()[1] = 9;
+  expect_invalid([&] { prepare_class_labels(padded, logits, -1, -100, "'y'"); }, {"label 9 at position 1", "9 classes"});
 }
 
 }  // namespace

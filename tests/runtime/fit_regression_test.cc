@@ -17,9 +17,8 @@ namespace {
 Dataset dataset(const test::LinearData& d, const std::string& source) {
   Dataset out;
   out.source = source;
-  out.feature_name = "x";
   out.label_name = "y";
-  out.features = d.x;
+  out.features.set("x", d.x);
   out.labels = d.y;
   return out;
 }
@@ -77,7 +76,7 @@ TEST(FitRegression, LinearModelConvergesAndReplicasAgree) {
   const Dataset train = dataset(test::linear_data(256, 1), "train");
   const Dataset val = dataset(test::linear_data(64, 2), "val");
   Predictor untrained(model(), 1);
-  const EvalResult before = evaluate(untrained, "input", val.features, val.labels);
+  const EvalResult before = evaluate(untrained, "input", val.only_features(), val.labels);
   ASSERT_TRUE(before.regression);
   EXPECT_GT(before.mse, 1.0);
 
