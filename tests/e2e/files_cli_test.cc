@@ -34,7 +34,7 @@ std::string write_slice(const test::TempDir& dir, const std::string& name, int64
   const Dataset d = load_dataset("fashion-mnist:train");
   NamedTensors out;
   Tensor images = Tensor::empty(DType::kUInt8, {n, 28, 28});
-  std::memcpy(images.raw(), d.features.raw(), images.nbytes());
+  std::memcpy(images.raw(), d.only_features().raw(), images.nbytes());
   Tensor labels = Tensor::empty(DType::kInt64, {n});
   std::memcpy(labels.raw(), d.labels.raw(), labels.nbytes());
   out.set("images", images);

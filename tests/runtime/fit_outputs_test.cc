@@ -23,9 +23,8 @@ Dataset linear_dataset() {
   const test::LinearData d = test::linear_data(64, 3);
   Dataset out;
   out.source = "linear";
-  out.feature_name = "input";
   out.label_name = "y";
-  out.features = d.x;
+  out.features.set("input", d.x);
   out.labels = d.y;
   return out;
 }
