@@ -135,6 +135,7 @@ omt::TrainingSpec spec_of(const TrainerOptions& options) {
   spec.optimizer.beta1 = options.beta1;
   spec.optimizer.beta2 = options.beta2;
   spec.optimizer.epsilon = options.epsilon;
+  spec.optimizer.no_decay = options.no_decay;
   const std::vector<std::string> devices = omt::available_backends();
   if (std::find(devices.begin(), devices.end(), options.device) == devices.end()) {
     std::string known;

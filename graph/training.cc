@@ -292,8 +292,10 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
         add(n);
         break;
       }
-      // Note [Label smoothing]: torch's formula over the positions that count,
-      // (1 - eps) * mean(-log p[label]) + eps * sum(-mean_c log p) / count.
+      // Note [Label smoothing]: torch.nn.functional.cross_entropy's formula over the positions
+      // that count (labels not ignore_index), (1 - eps) * mean(-log p[label]) + eps *
+      // sum(-mean_c log p) / count, from one LogSoftmax; ONNX's SoftmaxCrossEntropyLoss has
+      // no smoothing.
       const float eps = spec.label_smoothing;
       const std::string lp = names.fresh("omt/loss/log_prob"), nll = names.fresh("omt/loss/nll");
       Node ls = make_node(names, "LogSoftmax", "omt/loss/LogSoftmax", {out}, {lp});
@@ -405,8 +407,22 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
   tg.first_update_node = static_cast<int>(g.nodes.size());
   if (spec.with_optimizer) {
     const OptimizerSpec& o = spec.optimizer;
+    std::regex no_decay_regex;
+    const bool by_name = o.no_decay != "auto" && o.no_decay != "none";
+    if (by_name) {
+      try {
+        no_decay_regex = std::regex(o.no_decay);
+      } catch (const std::regex_error& e) {
+        OMT_FAIL(kInvalidArgument, "--no-decay '", o.no_decay, "' is not a valid regex: ", e.what(),
+                 "; or use auto (AdamW: no decay for biases and norm weights) or none");
+      }
+    }
     for (auto& p : tg.params) {
       const Tensor& value = model.graph.initializers.at(p.name);
+      const bool exempt = by_name ? std::regex_search(p.name, no_decay_regex)
+                                  : o.no_decay == "auto" && o.kind == OptimizerKind::kAdamW && value.rank() <= 1;
+      const float decay = exempt ? 0.0f : o.weight_decay;
+      if (exempt && o.weight_decay != 0.0f) tg.no_decay.push_back(p.name);
       p.updated = names.fresh(p.name + "/updated");
       auto state = [&](const char* kind) {
         const std::string s = names.fresh(p.name + "/" + kind);
@@ -424,7 +440,7 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
         n.attrs.set("momentum", o.momentum);
         n.attrs.set("dampening", o.dampening);
         n.attrs.set("nesterov", int64_t{o.nesterov ? 1 : 0});
-        n.attrs.set("weight_decay", o.weight_decay);
+        n.attrs.set("weight_decay", decay);
         add(n);
       } else {
         const auto m = state("exp_avg");
@@ -435,7 +451,7 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
         n.attrs.set("beta1", o.beta1);
         n.attrs.set("beta2", o.beta2);
         n.attrs.set("epsilon", o.epsilon);
-        n.attrs.set("weight_decay", o.weight_decay);
+        n.attrs.set("weight_decay", decay);
         n.attrs.set("decoupled", int64_t{o.kind == OptimizerKind::kAdamW ? 1 : 0});
         add(n);
       }

@@ -33,6 +33,11 @@ struct OptimizerSpec {
   bool nesterov = false;
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  // Note [No weight decay]: parameters that take no weight decay. "auto": with AdamW, every
+  // parameter of rank <= 1 (biases and normalisation weights, as nanoGPT's and Hugging Face's
+  // parameter groups leave them), with SGD and Adam none; "none": none; anything else is a
+  // regex (ECMAScript) of parameter names.
+  std::string no_decay = "auto";
 };
 
 struct TrainingSpec {
@@ -91,6 +96,7 @@ struct TrainingGraph {
   std::vector<State> states;
   int first_backward_node = 0;
   int first_update_node = 0;  // == nodes.size() without optimizer
+  std::vector<std::string> no_decay;     // trained parameters the optimizer does not decay
   std::vector<std::string> frozen;       // float initializers kept fixed
   std::vector<std::string> unreachable;  // selected parameters no gradient reaches
 };

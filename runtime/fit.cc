@@ -493,6 +493,10 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
         << " replica(s) (" << trainer.local_replicas() << " per process), global batch " << o.global_batch
         << ", " << spe << " steps per epoch, " << trainer.plan().buckets.buckets.size() << " gradient bucket(s)"
         << (o.mirror.overlap ? "" : ", no overlap") << "\n";
+  if (leader && !trainer.training_graph().no_decay.empty())
+    log << "no weight decay on " << trainer.training_graph().no_decay.size() << " of "
+        << trainer.training_graph().params.size() << " parameter tensors (--no-decay " << o.spec.optimizer.no_decay
+        << (o.spec.optimizer.no_decay == "auto" ? ": biases and norm weights" : "") << ")\n";
 
   BatchPrefetcher loader(sampler, x, y, class_labels, o.spec.ignore_index, trainer.local_replicas(),
                          trainer.first_global_replica(), trainer.replicas_fill_cores());
@@ -609,6 +613,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       es.val_mae = ev.mae;
       es.val_perplexity = ev.perplexity;
     }
+    es.peak_rss_mb = peak_resident_mb();
     result.epochs.push_back(es);
     write_metrics([&](MetricsWriter& m) { m.write_epoch(es); });
     if (leader && regression)
@@ -697,6 +702,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
           << fmt(result.samples_per_s / result.single_samples_per_s, 2) << "x ("
           << fmt(100 * result.samples_per_s / result.single_samples_per_s / world, 0) << "% efficiency)";
     log << "\n";
+    const double peak_mb = peak_resident_mb();
+    log << "peak resident memory: " << static_cast<int64_t>(peak_mb) << " MiB\n";
     const auto overlap = summarize_overlap(result.steps);
     if (overlap)
       log << "per step: " << fmt(overlap->step_ms, 2) << " ms, compute " << fmt(overlap->compute_ms, 2)
@@ -704,7 +711,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
           << fmt(overlap->exposed_comm_ms, 2) << " ms\n";
     if (metrics) {
       const std::string metrics_path = metrics->path();
-      std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s}};
+      std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s},
+                                                           {"peak_rss_mb", peak_mb}};
       if (!regression) extra.push_back({"final_accuracy", ev.accuracy});
       if (!regression) extra.push_back({"final_loss", ev.loss});
       if (ev.tokens) extra.push_back({"final_perplexity", ev.perplexity});

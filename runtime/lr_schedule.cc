@@ -14,7 +14,7 @@ namespace {
 
 const char* const kValidForms =
     "valid forms: constant | step:EVERY:GAMMA (multiply by GAMMA every EVERY epochs, e.g. "
-    "step:10:0.1) | cosine | cosine:MIN_LR (e.g. cosine:1e-5); append ,warmup:N for a linear "
+    "step:10:0.1) | cosine | cosine:MIN_LR (e.g. cosine:1e-5) | linear | linear:MIN_LR; append ,warmup:N for a linear "
     "warm-up over the first N steps (e.g. cosine,warmup:500)";
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -97,8 +97,8 @@ LrSchedule LrSchedule::parse(const std::string& spec, float base_lr, int64_t war
     if (!parse_double(f[2], &gamma) || gamma <= 0)
       bad_spec(spec, "GAMMA must be a positive number, got '" + f[2] + "'");
     s.gamma = static_cast<float>(gamma);
-  } else if (f[0] == "cosine" && f.size() <= 2) {
-    s.kind = Kind::kCosine;
+  } else if ((f[0] == "cosine" || f[0] == "linear") && f.size() <= 2) {
+    s.kind = f[0] == "cosine" ? Kind::kCosine : Kind::kLinear;
     if (f.size() == 2) {
       double min_lr = 0;
       if (!parse_double(f[1], &min_lr) || min_lr < 0 || min_lr > base_lr)
@@ -135,6 +135,13 @@ float LrSchedule::lr_at(int64_t step, int64_t epoch, int64_t steps_per_epoch,
                         (1.0 + std::cos(kPi * t / static_cast<double>(total_steps))) / 2.0;
       break;
     }
+    case Kind::kLinear: {
+      OMT_CHECK(total_steps > 0, kInvalidArgument,
+                "a linear schedule needs the run's total number of steps, got ", total_steps);
+      const double t = static_cast<double>(std::min(step, total_steps));
+      lr = min_lr + (static_cast<double>(base_lr) - min_lr) * (1.0 - t / static_cast<double>(total_steps));
+      break;
+    }
   }
   if (warmup_steps > 0) {
     const double w = static_cast<double>(warmup_steps);
@@ -154,7 +161,8 @@ std::string LrSchedule::str() const {
       os << "step:" << step_every << ":" << float_str(gamma);
       break;
     case Kind::kCosine:
-      os << "cosine";
+    case Kind::kLinear:
+      os << (kind == Kind::kCosine ? "cosine" : "linear");
       if (min_lr != 0.f) os << ":" << float_str(min_lr);
       break;
   }

@@ -1,5 +1,5 @@
 // Learning-rate schedules parsed from a spec string ("constant", "step:EVERY:GAMMA",
-// "cosine", "cosine:MIN_LR", each with an optional ",warmup:N"). lr_at is a pure function of
+// "cosine", "cosine:MIN_LR", "linear", "linear:MIN_LR", each with an optional ",warmup:N"). lr_at is a pure function of
 // the position, so a resumed run gets exactly the rate an uninterrupted one would have had.
 #pragma once
 
@@ -14,17 +14,19 @@ namespace omt {
 //   step:E:G         lr * G^floor(epoch / E)                      (StepLR, stepped per epoch)
 //   cosine[:MIN]     MIN + (lr - MIN) * (1 + cos(pi * t / T)) / 2  (CosineAnnealingLR, stepped
 //                    per update, T = total_steps, t = min(step, T); MIN defaults to 0)
+//   linear[:MIN]     MIN + (lr - MIN) * (1 - t / T)                  (LinearLR to MIN, stepped per
+//                    update; with warm-up, Hugging Face's linear schedule's shape)
 //   warm-up W        the above times f = 1/W + (1 - 1/W) * min(step, W) / W
 //                    (LinearLR(start_factor=1/W, end_factor=1, total_iters=W) chained in front,
 //                    as ChainedScheduler composes them: lr/W at step 0, full lr from step W)
 struct LrSchedule {
-  enum class Kind { kConstant, kStep, kCosine };
+  enum class Kind { kConstant, kStep, kCosine, kLinear };
 
   Kind kind = Kind::kConstant;
   float base_lr = 0.f;
   int64_t step_every = 0;  // epochs between decays (kStep)
   float gamma = 1.f;       // decay factor (kStep)
-  float min_lr = 0.f;      // floor (kCosine)
+  float min_lr = 0.f;      // floor (kCosine, kLinear)
   int64_t warmup_steps = 0;
 
   // Parses `spec` for a run whose base rate is `base_lr`. Warm-up comes from ",warmup:N" in the

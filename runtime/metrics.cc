@@ -2,6 +2,8 @@
 // Averages follow scikit-learn (zero_division=0) so numbers can be checked against it.
 #include "runtime/metrics.h"
 
+#include <sys/resource.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -259,6 +261,12 @@ void MetricsWriter::write_step(const StepStats& s) {
   write_line(j.dump());
 }
 
+double peak_resident_mb() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return kNoValue;
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux: kilobytes
+}
+
 void MetricsWriter::write_epoch(const EpochStats& e) {
   nlohmann::json j = {{"type", "epoch"},
                             {"epoch", e.epoch},
@@ -271,7 +279,8 @@ void MetricsWriter::write_epoch(const EpochStats& e) {
                             {"val_accuracy", number_or_null(e.val_accuracy)},
                             {"samples_per_s", number_or_null(e.samples_per_s)},
                             {"steps_per_s", number_or_null(e.steps_per_s)},
-                            {"lr", number_or_null(e.lr)}};
+                            {"lr", number_or_null(e.lr)},
+                            {"peak_rss_mb", number_or_null(e.peak_rss_mb)}};
   if (e.regression) {
     j["train_mae"] = number_or_null(e.train_mae);
     j["val_mae"] = number_or_null(e.val_mae);

@@ -93,7 +93,11 @@ struct EpochStats {
   double samples_per_s = 0.0;
   double steps_per_s = 0.0;
   double lr = kNoValue;  // learning rate at the end of the epoch
+  double peak_rss_mb = kNoValue;  // the process's peak resident memory so far (getrusage)
 };
+
+// The process's peak resident set size so far, in MiB (getrusage's ru_maxrss).
+double peak_resident_mb();
 
 // One optimizer step. The overlap fields come from the trace when it is on: time in
 // compute, time in gradient communication, and the part of that not hidden by compute.

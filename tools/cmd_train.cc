@@ -47,6 +47,7 @@ struct TrainArgs {
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  std::string no_decay = "auto";
   int64_t steps = 0, epochs = 1, global_batch = 64;
   int threads = 0;
   // Data-parallel training (train only).
@@ -95,6 +96,9 @@ void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_flag("--nesterov", a.nesterov, "SGD with Nesterov momentum");
   sub->add_option("--weight-decay", a.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
       ->check(finite_at_least(0));
+  sub->add_option("--no-decay", a.no_decay,
+                  "parameters without weight decay: auto (adamw: biases and norm weights, rank <= 1), none, or a "
+                  "name regex");
   sub->add_option("--beta1", a.beta1, "Adam beta1")->check(finite_in(0, 0.999999));
   sub->add_option("--beta2", a.beta2, "Adam beta2")->check(finite_in(0, 0.999999));
   sub->add_option("--eps", a.eps, "Adam epsilon")->check(finite_in(1e-30, 1));
@@ -121,6 +125,7 @@ onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
   o.beta1 = a.beta1;
   o.beta2 = a.beta2;
   o.epsilon = a.eps;
+  o.no_decay = a.no_decay;
   o.device = a.device;
   o.check();
   return o;
@@ -510,7 +515,7 @@ void register_train(CLI::App& app) {
         ->check(count_in(0, int64_t{1} << 40));
     sub->add_option("--global-batch", a->global_batch, "samples per step over all replicas")
         ->check(count_in(1, int64_t{1} << 40));
-    sub->add_option("--lr-schedule", a->lr_schedule, "constant | step:EVERY:GAMMA | cosine[:MIN_LR]");
+    sub->add_option("--lr-schedule", a->lr_schedule, "constant | step:EVERY:GAMMA | cosine[:MIN_LR] | linear[:MIN_LR], each with ,warmup:N");
     sub->add_option("--warmup-steps", a->warmup_steps, "linear learning-rate warm-up steps")
         ->check(count_in(0, int64_t{1} << 40));
     sub->add_option("--replicas", a->replicas, "local replicas (threads) per process")->check(machine_count(false));

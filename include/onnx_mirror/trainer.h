@@ -43,6 +43,10 @@ struct TrainerOptions {
   bool nesterov = false;       // sgd
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;  // adam, adamw
+  // Parameters that take no weight decay: "auto" (adamw: every parameter of rank <= 1, the
+  // biases and normalisation weights, as nanoGPT and Hugging Face group them; sgd and adam:
+  // none), "none", or a regex of parameter names.
+  std::string no_decay = "auto";
   std::string train_regex;     // parameters to train ("" = every float weight)
   std::string freeze_regex;    // parameters to keep bit-identical
   // BatchNormalization nodes (also inference-mode ones, as exporters write them): "batch"

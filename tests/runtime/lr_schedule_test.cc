@@ -61,8 +61,21 @@ TEST(LrSchedule, WarmupChainsWithCosine) {
   EXPECT_FLOAT_EQ(b.lr_at(2, 0, kSpe, 20), 0.06097051613422355f);
 }
 
+TEST(LrSchedule, LinearDecaysToItsFloorAsTorchLinearLR) {
+  // LinearLR(start_factor=1, end_factor=0, total_iters=100): 0.1 * (1 - t / 100); with a floor,
+  // 0.001 + 0.099 * (1 - t / 100).
+  const LrSchedule s = LrSchedule::parse("linear", 0.1f);
+  EXPECT_FLOAT_EQ(s.lr_at(0, 0, kSpe, 100), 0.1f);
+  EXPECT_FLOAT_EQ(s.lr_at(25, 2, kSpe, 100), 0.075f);
+  EXPECT_FLOAT_EQ(s.lr_at(100, 10, kSpe, 100), 0.0f);
+  EXPECT_FLOAT_EQ(s.lr_at(150, 15, kSpe, 100), 0.0f);
+  const LrSchedule floor = LrSchedule::parse("linear:0.001", 0.1f);
+  EXPECT_FLOAT_EQ(floor.lr_at(50, 5, kSpe, 100), 0.0505f);
+}
+
 TEST(LrSchedule, StrRoundTrips) {
-  for (const char* spec : {"constant", "step:10:0.1", "cosine", "cosine:1e-05", "cosine,warmup:500",
+  for (const char* spec : {"constant", "step:10:0.1", "cosine", "cosine:1e-05", "cosine,warmup:500", "linear",
+                           "linear:0.001,warmup:10",
                            "step:2:0.5,warmup:3"}) {
     const LrSchedule s = LrSchedule::parse(spec, 0.1f);
     EXPECT_EQ(s.str(), spec);
@@ -74,7 +87,7 @@ TEST(LrSchedule, StrRoundTrips) {
 }
 
 TEST(LrSchedule, BadSpecsListTheValidForms) {
-  for (const char* spec : {"", "linear", "step", "step:0:0.1", "step:10", "step:x:0.1",
+  for (const char* spec : {"", "linear:abc", "exponential", "step", "step:0:0.1", "step:10", "step:x:0.1",
                            "step:10:-1", "cosine:abc", "cosine:0.5", "cosine:1:2", "constant:1",
                            "cosine,warmup", "cosine,warmup:-1", "cosine,cooldown:3"}) {
     try {

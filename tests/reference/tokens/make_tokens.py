@@ -23,8 +23,9 @@ Two tiny Hugging Face models, seeded random init, dropout 0, exported with the d
                     loss0                      the loss before any step
                     <opt>/losses [3]           the loss of each of 3 steps
                     <opt>/logits [8, 12, 48]   eval logits after the 3 steps
-                  for opt sgd (lr 0.1) and adamw (lr 0.01, weight_decay 0.01, torch's
-                  defaults otherwise), in float64
+                  for opt sgd (lr 0.1) and adamw (lr 0.01, weight_decay 0.01 on parameters
+                  of rank >= 2 and none on biases and norm weights, as nanoGPT groups them;
+                  torch's defaults otherwise), in float64
   bert_cls.onnx   BertForSequenceClassification (vocab 50, hidden 16, 2 layers, 3 labels);
                   inputs input_ids, attention_mask, token_type_ids [B, 8]; output logits [B, 3]
   bert_data.npz   the three inputs [8, 8] (uneven padding, mask 0 there) and labels int64 [8]
@@ -112,7 +113,12 @@ def main():
         ref["loss0"] = np.array(float(loss_fn(m(*args), labels)))
         for name, kw in OPTIMIZERS.items():
             m = copy.deepcopy(model).double().train()
-            opt = (torch.optim.SGD if name == "sgd" else torch.optim.AdamW)(m.parameters(), **kw)
+            if name == "sgd":
+                opt = torch.optim.SGD(m.parameters(), **kw)
+            else:  # nanoGPT's groups: no decay for biases and norm weights (`--no-decay auto`)
+                decay = [p for p in m.parameters() if p.dim() >= 2]
+                rest = [p for p in m.parameters() if p.dim() < 2]
+                opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}], **kw)
             losses = []
             for _ in range(STEPS):
                 opt.zero_grad()
