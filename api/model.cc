@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "api/internal.h"
+#include "common/threads.h"
 #include "graph/export_habits.h"
 #include "graph/onnx_io.h"
 #include "graph/training.h"
@@ -141,11 +142,16 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
     work(0);
   } else {
     std::vector<std::thread> pool;
-    for (int r = 0; r < n; ++r)
-      pool.emplace_back([&, r] {
-        omp_set_num_threads(threads_per_replica);
-        work(r);
-      });
+    try {
+      for (int r = 0; r < n; ++r)
+        pool.push_back(omt::start_thread(omt::str_cat("prediction replica ", r, " of ", n), [&, r] {
+          omp_set_num_threads(threads_per_replica);
+          work(r);
+        }));
+    } catch (...) {
+      for (auto& t : pool) t.join();  // Note [Thread pools unwind] in runtime/mirrored_trainer.cc
+      throw;
+    }
     for (auto& t : pool) t.join();
   }
   for (auto& e : errors)

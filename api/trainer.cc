@@ -281,6 +281,7 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     o.metrics_path = config.metrics_path;
     o.report_path = config.report_path;
     o.trace_path = config.trace_path;
+    o.output_path = config.output_path;
     o.mirror.trace = !config.trace_path.empty();
     o.class_names = config.class_names;
     o.command_line = config.command_line;

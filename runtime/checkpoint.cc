@@ -4,6 +4,8 @@
 #include "runtime/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -175,6 +178,26 @@ void prune(const std::string& dir, int64_t current, int keep_last) {
 
 }  // namespace
 
+std::vector<std::string> remove_stale_temporaries(const std::string& dir, bool own_pid_dead) {
+  static const std::regex kTemporary(R"(^(ckpt-[0-9]+\.(npz|json)|latest)((\.partial|\.tmp)\.[0-9]{1,9}){1,2}(\.[A-Za-z0-9]{6})?$)");
+  static const std::regex kPid(R"(\.(partial|tmp)\.([0-9]+))");
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!std::regex_match(name, kTemporary)) continue;
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    bool dead = true;
+    for (std::sregex_iterator m(name.begin(), name.end(), kPid), done; m != done && dead; ++m) {
+      dead = writer_is_gone(std::stol((*m)[2].str()), own_pid_dead);
+    }
+    std::error_code rm;
+    if (dead && fs::remove(it->path(), rm)) removed.push_back(it->path().string());
+  }
+  return removed;
+}
+
 std::vector<ParamSignature> param_signatures(const NamedTensors& params) {
   std::vector<ParamSignature> out;
   out.reserve(params.size());
@@ -229,6 +252,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int 
             ". Pass a writable --checkpoint-dir.");
   OMT_CHECK(fs::is_directory(dir), kIo, "checkpoint folder '", dir,
             "' exists but is not a folder. Pass another --checkpoint-dir.");
+  remove_stale_temporaries(dir);  // Note [Stale temporaries]
 
   // Note [Checkpoint commit order]: `latest` is the commit point. A crash before it leaves the
   // previous checkpoint current; the npz is named in the json with its size and hash, so a torn

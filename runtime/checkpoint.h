@@ -45,8 +45,20 @@ struct Checkpoint {
 // (by step), deleting the rest; keep_last <= 0 keeps all. Returns the .json path written.
 // On failure throws kIo naming the path and reason, and removes what it had written so far
 // (the previous `latest` stays valid). Blocking; call from one process (rank 0) only, and not
-// concurrently with another save to the same DIR.
+// concurrently with another save to the same DIR. First removes the temporaries of dead
+// writers (Note [Stale temporaries]).
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int keep_last);
+
+// Note [Stale temporaries]: a writer killed mid-save (kill -9, a crash, a power cut) leaves
+// its temporaries behind: ckpt-<step>.npz.partial.<pid>, write_npz's <that>.tmp.<pid>, and
+// ckpt-<step>.json.tmp.<pid> / latest.tmp.<pid> from the atomic writes, and libzip's own
+// <name>.XXXXXX beside write_npz's. None is ever read. This removes each one in DIR whose
+// name is of those forms, which belongs to this user, and whose pids are all dead
+// (kill(pid, 0) fails with ESRCH); a live pid, or EPERM (another user's), keeps it.
+// `own_pid_dead`: count this process's pid as dead too, for a caller with no save in flight
+// (a restarted container often reuses the pid of the run that was killed). Returns the paths
+// removed; a folder that cannot be read removes nothing. save_checkpoint calls it first.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir, bool own_pid_dead = false);
 
 // Loads DIR (through DIR/latest), or one checkpoint named by its .json, its .npz or its
 // ckpt-<step> stem. kIo when nothing is there; kInvalidArgument when a file is truncated or

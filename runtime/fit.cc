@@ -15,6 +15,9 @@
 #include <ostream>
 #include <sstream>
 
+#include "common/file_util.h"
+#include "common/threads.h"
+#include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/report.h"
@@ -55,7 +58,7 @@ class BatchPrefetcher {
                   int64_t ignore_index, int local_replicas, int first_global_replica, bool on_replicas)
       : sampler_(sampler), x_(x), y_(y), count_labels_(count_labels), ignore_index_(ignore_index),
         local_(local_replicas), first_(first_global_replica), on_replicas_(on_replicas),
-        thread_(on_replicas ? std::thread() : std::thread([this] { loop(); })) {}
+        thread_(on_replicas ? std::thread() : start_thread("the data loader", [this] { loop(); })) {}
 
   ~BatchPrefetcher() {
     {
@@ -336,11 +339,65 @@ EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const 
   return r;
 }
 
+namespace {
+
+// Note [Late outputs]: every file fit writes is checked before step 1 (Note [Outputs checked
+// before step 1] in common/file_util.h), but a disk can still fill or a folder vanish
+// mid-run. Such a write is logged and remembered instead of thrown, so that training goes on
+// and the trained model (written first at the end) is never lost to a metrics line, a
+// checkpoint, the trace or the report; after the last write the failures leave together as
+// one kIo error that also says what was written.
+class LateOutputs {
+ public:
+  explicit LateOutputs(std::ostream& log) : log_(log) {}
+  // Runs `write`; an Error is logged, kept, and answered with false.
+  template <class F>
+  bool attempt(F&& write) {
+    try {
+      write();
+      return true;
+    } catch (const Error& e) {
+      log_ << "\nwarning: " << e.what() << " (the run goes on; reported again at its end)\n";
+      failures_.push_back(e.what());
+      return false;
+    }
+  }
+  void written(const std::string& path) { written_.push_back(path); }
+  void throw_if_failed() const {
+    if (failures_.empty()) return;
+    std::string list, done;
+    for (size_t i = 0; i < failures_.size(); ++i) list += str_cat(i ? "; " : "", failures_[i]);
+    for (const auto& p : written_) done += (done.empty() ? "" : ", ") + p;
+    OMT_FAIL(kIo, failures_.size(), " output(s) of the run could not be written: ", list, ". ",
+             done.empty() ? std::string("Nothing else was to be written.") : "Written: " + done + ".");
+  }
+
+ private:
+  std::ostream& log_;
+  std::vector<std::string> failures_, written_;
+};
+
+// Note [Outputs checked before step 1]: fit's own files, on the process that writes them.
+void check_outputs(const FitOptions& o) {
+  if (!o.output_path.empty()) check_output_path(o.output_path, "the trained model (--output)", OutputKind::kFile);
+  if (!o.metrics_path.empty()) check_output_path(o.metrics_path, "--metrics", OutputKind::kStream);
+  if (!o.report_path.empty()) check_output_path(o.report_path, "--report", OutputKind::kFile);
+  if (!o.trace_path.empty()) check_output_path(o.trace_path, "--trace", OutputKind::kFile);
+  if (!o.checkpoint_dir.empty()) check_output_path(o.checkpoint_dir, "--checkpoint-dir", OutputKind::kFolder);
+}
+
+}  // namespace
+
 FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
               const FitOptions& o, std::ostream& log) {
   FitResult result;
   const auto& comm = o.mirror.comm;
   const bool leader = !comm || comm->rank() == 0;
+  if (leader) check_outputs(o);
+  if (leader && !o.checkpoint_dir.empty()) remove_stale_temporaries(o.checkpoint_dir, true);  // Note [Stale temporaries]
+  for (const std::string* p : {&o.output_path, &o.report_path, &o.trace_path})
+    if (leader && !p->empty()) remove_stale_atomic_temporaries(*p, true);  // what a killed run left
+  LateOutputs late(log);
   const LossKind loss = o.spec.loss;
   const bool class_labels = loss_takes_class_labels(loss);
   const bool regression = loss != LossKind::kModel && !class_labels;
@@ -423,8 +480,12 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       ck.meta["optimizer"] = std::to_string(static_cast<int>(o.spec.optimizer.kind));
       ck.meta["world_size"] = std::to_string(world);
       ck.meta["global_batch"] = std::to_string(o.global_batch);
-      result.last_checkpoint = save_checkpoint(o.checkpoint_dir, ck, o.keep_checkpoints);
+      late.attempt([&] { result.last_checkpoint = save_checkpoint(o.checkpoint_dir, ck, o.keep_checkpoints); });
     }
+  };
+  // A metrics file that failed once is left alone after (Note [Late outputs]).
+  auto write_metrics = [&](auto&& write) {
+    if (metrics && !late.attempt([&] { write(*metrics); })) metrics.reset();
   };
 
   if (leader)
@@ -500,7 +561,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       st.exposed_comm_ms = res.timing.exposed_comm_ms;
       if (std::isfinite(res.grad_norm)) st.grad_norm = res.grad_norm;
       result.steps.push_back(st);
-      if (metrics) metrics->write_step(st);
+      write_metrics([&](MetricsWriter& m) { m.write_step(st); });
       if (bar) bar->update(s - first + 1, samples, loss_sum / static_cast<double>(counted));
       if (o.check_every > 0 && step % o.check_every == 0) trainer.check_consistency();
       const SamplerPosition next = sampler.next({e, s});
@@ -555,7 +616,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     }
     es.peak_rss_mb = peak_resident_mb();
     result.epochs.push_back(es);
-    if (metrics) metrics->write_epoch(es);
+    write_metrics([&](MetricsWriter& m) { m.write_epoch(es); });
     if (leader && regression)
       log << "epoch " << es.epoch << "/" << epochs << ": " << fmt(es.seconds, 1) << " s, " << fmt(es.steps_per_s, 1)
           << " steps/s, " << static_cast<int64_t>(es.samples_per_s) << " samples/s, train loss (" << loss_kind_name(loss)
@@ -581,11 +642,17 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   }
   result.steps_done = step;
   if (o.check_every >= 0) trainer.check_consistency();
-  if (!result.interrupted) save(next_pos);
   result.trained = trainer.trained_model();
+  if (leader && !o.output_path.empty() && late.attempt([&] { save_onnx(result.trained, o.output_path); })) {
+    late.written(o.output_path);  // first: Note [Late outputs]
+    log << "wrote " << o.output_path << "\n";
+  }
+  if (!result.interrupted) save(next_pos);
+  if (leader && !result.last_checkpoint.empty()) late.written(result.last_checkpoint);
   const std::vector<double> warm(rates.begin() + std::min<size_t>(rates.size(), 5), rates.end());
   result.samples_per_s = median(warm.empty() ? rates : warm);
-  if (o.mirror.trace && leader && !o.trace_path.empty()) trainer.write_trace(o.trace_path);
+  if (o.mirror.trace && leader && !o.trace_path.empty() && late.attempt([&] { trainer.write_trace(o.trace_path); }))
+    late.written(o.trace_path);
 
   if (leader) {
     Predictor predictor(std::make_shared<const Model>(result.trained), trainer.local_replicas(), o.mirror.session);
@@ -644,6 +711,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
           << " ms, communication " << fmt(overlap->comm_ms, 2) << " ms, exposed communication "
           << fmt(overlap->exposed_comm_ms, 2) << " ms\n";
     if (metrics) {
+      const std::string metrics_path = metrics->path();
       std::vector<std::pair<std::string, double>> extra = {{"samples_per_s", result.samples_per_s},
                                                            {"peak_rss_mb", peak_mb}};
       if (!regression) extra.push_back({"final_accuracy", ev.accuracy});
@@ -651,10 +719,13 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       if (ev.tokens) extra.push_back({"final_perplexity", ev.perplexity});
       if (ev.tokens) extra.push_back({"positions", static_cast<double>(ev.positions)});
       if (result.single_samples_per_s > 0) extra.push_back({"single_samples_per_s", result.single_samples_per_s});
-      if (regression)
-        metrics->write_regression_summary(ev.samples, loss_kind_name(loss), ev.loss, ev.mse, ev.mae, extra);
-      else
-        metrics->write_summary(ev.confusion, o.class_names, extra);
+      write_metrics([&](MetricsWriter& m) {
+        if (regression)
+          m.write_regression_summary(ev.samples, loss_kind_name(loss), ev.loss, ev.mse, ev.mae, extra);
+        else
+          m.write_summary(ev.confusion, o.class_names, extra);
+      });
+      if (metrics) late.written(metrics_path);
     }
     if (!o.report_path.empty()) {
       ReportData rd;
@@ -671,10 +742,13 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       rd.overlap = overlap;
       if (result.single_samples_per_s > 0)
         rd.speedup = SpeedupSummary{world, result.samples_per_s, result.single_samples_per_s};
-      write_report(o.report_path, rd);
-      log << "wrote " << o.report_path << "\n";
+      if (late.attempt([&] { write_report(o.report_path, rd); })) {
+        late.written(o.report_path);
+        log << "wrote " << o.report_path << "\n";
+      }
     }
   }
+  late.throw_if_failed();
   return result;
 }
 

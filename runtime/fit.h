@@ -84,6 +84,7 @@ struct FitOptions {
   int keep_checkpoints = 3;
   std::string resume;            // checkpoint dir or file
   std::string metrics_path, report_path, trace_path;
+  std::string output_path;       // the trained inference model, written first when training ends
   int64_t check_every = 0;       // compare parameter checksums across replicas every K steps
   bool compare_single = false;   // measure a short 1-replica run for the speed-up
   bool explain_buckets = false;
@@ -107,7 +108,10 @@ struct FitResult {
 // Trains `model` on `train` (validating on `val` when given). Class-label losses need integer
 // labels; the regression losses (mse, l1, bce_with_logits) take float (or integer) targets,
 // converted by prepare_targets, and report mse and mae instead of accuracy and a confusion
-// matrix. `log` receives the human output; only process 0 writes it and the files.
+// matrix. `log` receives the human output; only process 0 writes it and the files. Every
+// output path is checked before step 1 (kIo); a write that fails later does not stop the run
+// or lose the trained model (Note [Late outputs] in fit.cc): the other files are still
+// written, and then kIo names every failure.
 FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
               const FitOptions& options, std::ostream& log);
 

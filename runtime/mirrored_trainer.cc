@@ -16,6 +16,7 @@
 
 #include "collectives/factory.h"
 #include "common/file_util.h"
+#include "common/threads.h"
 
 namespace omt {
 
@@ -596,6 +597,18 @@ struct MirroredTrainer::Impl {
   bool pinnable() const { return pinnable_; }
   int first_core(int r) const { return (opt.local_process * R + r) * opt.threads_per_replica; }
 
+  // Wakes the replica threads to return and joins them (the destructor, or a constructor
+  // that could not start them all: Note [Thread pools unwind]).
+  void stop_threads() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      stopping = true;
+    }
+    pool_cv.notify_all();
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  }
+
   void thread_main(int r) {
     if (pinnable()) pin_to_cores(first_core(r), opt.threads_per_replica);
     omp_set_num_threads(opt.threads_per_replica);
@@ -659,7 +672,8 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   m.model = std::move(model);
   m.opt = options;
   m.R = options.replicas;
-  OMT_CHECK(m.R >= 1, kInvalidArgument, "--replicas must be at least 1, got ", m.R);
+  check_thread_count(m.R, "the number of local replicas (--replicas)");
+  check_thread_count(options.threads_per_replica, "the number of kernel threads per replica (--threads)");
   TrainingSpec s = spec;
   s.with_optimizer = true;
   m.tg = build_training_graph(*m.model, s);
@@ -808,17 +822,21 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
         if (!m.reps[r].params.at(p.name).same_storage(t)) std::memcpy(m.reps[r].params.at(p.name).raw(), t.raw(), t.nbytes());
     }
   }
-  for (int r = 1; r < m.R; ++r) m.threads.emplace_back([this, r] { impl_->thread_main(r); });
+  // Note [Thread pools unwind]: when the system refuses a replica thread (RLIMIT_NPROC,
+  // threads-max), the threads already started are waiting on pool_cv. Leaving the
+  // constructor with them joinable would call std::terminate from ~thread, or, as before,
+  // destroy pool_cv under its waiters and hang in pthread_cond_destroy. So they are stopped
+  // and joined first, and the refusal leaves as an Error naming the replica.
+  try {
+    for (int r = 1; r < m.R; ++r)
+      m.threads.push_back(start_thread(str_cat("local replica ", r, " of ", m.R), [this, r] { impl_->thread_main(r); }));
+  } catch (...) {
+    m.stop_threads();
+    throw;
+  }
 }
 
-MirroredTrainer::~MirroredTrainer() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->pool_mu);
-    impl_->stopping = true;
-  }
-  impl_->pool_cv.notify_all();
-  for (auto& t : impl_->threads) t.join();
-}
+MirroredTrainer::~MirroredTrainer() { impl_->stop_threads(); }
 
 int MirroredTrainer::local_replicas() const { return impl_->R; }
 int MirroredTrainer::world_size() const {

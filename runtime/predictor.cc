@@ -6,6 +6,8 @@
 #include <exception>
 #include <thread>
 
+#include "common/threads.h"
+
 namespace omt {
 
 Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end) {
@@ -83,7 +85,12 @@ NamedTensors Predictor::run(const NamedTensors& feeds) {
     }
   };
   std::vector<std::thread> threads;
-  for (int r = 1; r < n; ++r) threads.emplace_back(work, r);
+  try {
+    for (int r = 1; r < n; ++r) threads.push_back(start_thread(str_cat("prediction replica ", r, " of ", n), work, r));
+  } catch (...) {
+    for (auto& t : threads) t.join();  // Note [Thread pools unwind] in runtime/mirrored_trainer.cc
+    throw;
+  }
   work(0);
   for (auto& t : threads) t.join();
   for (auto& e : errors)

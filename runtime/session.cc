@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/threads.h"
 #include "graph/autodiff.h"
 
 #include <cstring>
@@ -171,6 +172,8 @@ class StepContext : public KernelContext {
 
 Session::Session(std::shared_ptr<const Model> model, const SessionOptions& options)
     : model_(std::move(model)), options_(options), plan_(std::make_unique<Plan>()) {
+  // Kernels hand the count to OpenMP and oneDNN, where an absurd one crashes (libgomp).
+  check_thread_count(options_.num_threads, "the number of kernel threads (--threads)");
   if (has_gradient_ops(model_->graph)) model_ = std::make_shared<const Model>(expand_gradient_ops(*model_));
   Plan& p = *plan_;
   p.backend = options_.backend ? options_.backend : get_backend(options_.device, options_.device_index);

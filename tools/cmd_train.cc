@@ -1,5 +1,7 @@
 // `grad`, `train` and `export-training-graph`: the training commands. Argument parsing,
 // data loading and the --nproc launcher only; training is onnx_mirror::Trainer's.
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,13 +10,17 @@
 #include <csignal>
 #include <sstream>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "onnx_mirror/arrays.h"
 #include "onnx_mirror/data.h"
+#include "onnx_mirror/files.h"
 #include "onnx_mirror/model.h"
 #include "onnx_mirror/trainer.h"
 #include "tools/commands.h"
@@ -246,31 +252,146 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
-// --nproc P: this process becomes rank 0 of P and starts ranks 1..P-1 as copies of itself
-// that meet through a file store in a fresh folder. Children inherit stdout/stderr.
-std::vector<pid_t> launch_local_world(int nproc, char** argv, std::string* store_dir) {
-  char tmpl[] = "/tmp/omt-world-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) fail(ErrorKind::kIo, "cannot create a rendezvous folder in /tmp");
-  *store_dir = tmpl;
-  const std::string run_id = std::to_string(getpid());
-  setenv("OMT_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-  setenv("OMT_STORE", (std::string("file:") + tmpl).c_str(), 1);
-  setenv("OMT_RUN_ID", run_id.c_str(), 1);
-  std::vector<pid_t> children;
-  for (int r = 1; r < nproc; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) fail(ErrorKind::kIo, "cannot start process ", r, " of ", nproc);
-    if (pid == 0) {
-      setenv("OMT_RANK", std::to_string(r).c_str(), 1);
-      setenv("OMT_LOCAL_RANK", std::to_string(r).c_str(), 1);
-      execv("/proc/self/exe", argv);
-      _exit(127);
+// Note [Local world cleanup]: --nproc P makes this process rank 0 of P; it starts ranks
+// 1..P-1 as copies of itself that meet through a file store in a fresh folder,
+// /tmp/omt-world-<pid>-XXXXXX. LocalWorld owns both: on every way out of run_train, an
+// exception from fit included, it reaps the children (after SIGTERM, which they answer by
+// stopping, and SIGKILL after a grace period, when they have not ended by themselves) and
+// removes the folder with std::filesystem. After a kill -9 of rank 0 the children find it
+// gone within --timeout and end; the folder it leaves is removed by the next launch, which
+// deletes every omt-world-<pid>-* folder of this user whose pid is dead (kill(pid, 0) fails
+// with ESRCH). Children inherit stdout/stderr.
+class LocalWorld {
+ public:
+  LocalWorld(int nproc, char** argv) {
+    remove_stale_worlds();
+    std::string tmpl = "/tmp/omt-world-" + std::to_string(getpid()) + "-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr)
+      fail(ErrorKind::kIo, "cannot create a rendezvous folder in /tmp: ", std::strerror(errno));
+    dir_ = tmpl;
+    const std::string run_id = std::to_string(getpid());
+    setenv("OMT_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+    setenv("OMT_STORE", ("file:" + dir_).c_str(), 1);
+    setenv("OMT_RUN_ID", run_id.c_str(), 1);
+    for (int r = 1; r < nproc; ++r) {
+      const pid_t pid = fork();
+      if (pid < 0) {
+        const int err = errno;
+        end_children(0);
+        remove_folder();
+        fail(ErrorKind::kIo, "cannot start process ", r, " of ", nproc, ": ", std::strerror(err),
+             ". Lower --nproc or raise the process limit (ulimit -u).");
+      }
+      if (pid == 0) {
+        setenv("OMT_RANK", std::to_string(r).c_str(), 1);
+        setenv("OMT_LOCAL_RANK", std::to_string(r).c_str(), 1);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+      }
+      children_.push_back(pid);
     }
-    children.push_back(pid);
+    setenv("OMT_RANK", "0", 1);
+    setenv("OMT_LOCAL_RANK", "0", 1);
   }
-  setenv("OMT_RANK", "0", 1);
-  setenv("OMT_LOCAL_RANK", "0", 1);
-  return children;
+  LocalWorld(const LocalWorld&) = delete;
+  LocalWorld& operator=(const LocalWorld&) = delete;
+
+  // The way out after a failure: the children are told to stop, given a grace period, then
+  // killed. After wait() there is nothing left to do.
+  ~LocalWorld() {
+    end_children(kGraceSeconds);
+    remove_folder();
+  }
+
+  // The normal way out: waits for every child and returns 6 when one failed, else `status`.
+  int wait(int status) {
+    for (pid_t pid : children_) {
+      int st = 0;
+      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        std::cerr << "onnx-mirror-train: process " << pid << " of the local world exited with "
+                  << (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) << "\n";
+        status = status ? status : 6;
+      }
+    }
+    children_.clear();
+    remove_folder();
+    return status;
+  }
+
+ private:
+  static constexpr int kGraceSeconds = 5;
+
+  void end_children(int grace_s) {
+    for (pid_t pid : children_) kill(pid, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_s);
+    std::vector<pid_t> left = children_;
+    while (!left.empty()) {
+      const bool late = std::chrono::steady_clock::now() >= deadline;
+      for (auto it = left.begin(); it != left.end();) {
+        if (late) kill(*it, SIGKILL);
+        const pid_t got = waitpid(*it, nullptr, late ? 0 : WNOHANG);
+        it = got == *it || (got < 0 && errno == ECHILD) ? left.erase(it) : it + 1;
+      }
+      if (!left.empty() && !late) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    children_.clear();
+  }
+
+  void remove_folder() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    dir_.clear();
+  }
+
+  // /tmp/omt-world-<pid>-* folders of this user whose launcher is dead (or is this pid: a
+  // reused one, since this process has made none yet).
+  static void remove_stale_worlds() {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it("/tmp", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const std::string prefix = "omt-world-";
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const size_t dash = name.find('-', prefix.size());
+      const std::string digits = name.substr(prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      struct stat st;
+      if (lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(digits));
+      if (pid != getpid() && !(kill(pid, 0) != 0 && errno == ESRCH)) continue;
+      std::error_code rm;
+      std::filesystem::remove_all(it->path(), rm);
+    }
+  }
+
+  std::string dir_;
+  std::vector<pid_t> children_;
+};
+
+// Note [Thread budget]: each of --nproc, --replicas and --threads is at most 8 per core
+// (machine_count), and so is their product, the threads this launch asks of the machine
+// (--threads 0: the default share of the cores). Under a process limit (ulimit -u; root has
+// none) the product must fit in it too. Checked before anything starts; a thread the system
+// refuses anyway is an error naming it (common/threads.h), never a hang.
+void check_thread_budget(const TrainArgs& a, bool child) {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t procs = child ? 1 : std::max(1, a.nproc);  // a child's launcher checked the whole world
+  const int64_t threads = a.threads > 0 ? a.threads : std::max<int64_t>(1, cores / (int64_t{a.replicas} * procs));
+  const int64_t total = procs * a.replicas * threads;
+  std::ostringstream os;
+  if (procs > 1) os << "--nproc " << procs << " x ";
+  os << "--replicas " << a.replicas << " x --threads " << threads << " asks for " << total << " threads";
+  const std::string asked = os.str();
+  if (total > 8 * cores)
+    fail(ErrorKind::kInvalidArgument, asked, "; this machine runs at most ", 8 * cores, " (8 per core on ", cores,
+         " cores). Lower one of them.");
+  rlimit lim{};
+  if (geteuid() != 0 && getrlimit(RLIMIT_NPROC, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+      static_cast<uint64_t>(total) > lim.rlim_cur)
+    fail(ErrorKind::kInvalidArgument, asked, "; this user may run only ", static_cast<uint64_t>(lim.rlim_cur),
+         " processes and threads (ulimit -u). Lower one of them or raise the limit.");
 }
 
 int run_train(const TrainArgs& a, char** argv) {
@@ -278,9 +399,19 @@ int run_train(const TrainArgs& a, char** argv) {
   if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
   if (a.device != "cpu") load_for_training(a.model, a.device);  // no usable GPU: that error first, before the data
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
-  std::vector<pid_t> children;
-  std::string store_dir;
-  if (a.nproc > 1 && !child) children = launch_local_world(a.nproc, argv, &store_dir);
+  check_thread_budget(a, child);
+  // Note [Outputs checked before step 1]: the process that writes them (rank 0) looks before
+  // any process starts or anything loads; fit looks again before step 1.
+  if (onnx_mirror::world_from_environment().rank == 0) {
+    if (!a.output.empty()) onnx_mirror::check_output_path(a.output, "--output");
+    if (!a.report.empty()) onnx_mirror::check_output_path(a.report, "--report");
+    if (!a.trace.empty()) onnx_mirror::check_output_path(a.trace, "--trace");
+    if (!a.metrics.empty()) onnx_mirror::check_output_path(a.metrics, "--metrics", onnx_mirror::OutputKind::kStream);
+    if (!a.checkpoint_dir.empty())
+      onnx_mirror::check_output_path(a.checkpoint_dir, "--checkpoint-dir", onnx_mirror::OutputKind::kFolder);
+  }
+  std::unique_ptr<LocalWorld> local_world;  // Note [Local world cleanup]
+  if (a.nproc > 1 && !child) local_world = std::make_unique<LocalWorld>(a.nproc, argv);
 
   onnx_mirror::TrainerOptions options = trainer_options(a);
   const onnx_mirror::World world = onnx_mirror::world_from_environment();
@@ -314,6 +445,7 @@ int run_train(const TrainArgs& a, char** argv) {
   config.metrics_path = a.metrics;  // fit writes the files on rank 0 only
   config.report_path = a.report;
   config.trace_path = a.trace;
+  config.output_path = a.output;  // written first when training ends (Note [Late outputs] in runtime/fit.cc)
   config.check_every = a.check_every;
   config.compare_single = a.compare_single;
   config.explain_buckets = a.explain_buckets;
@@ -326,14 +458,6 @@ int run_train(const TrainArgs& a, char** argv) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
-  if (!a.output.empty()) {
-    // Fail before training, not after it, when the trained model could not be written.
-    const auto slash = a.output.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : a.output.substr(0, std::max<size_t>(slash, 1));
-    if (access(dir.c_str(), W_OK) != 0)
-      fail(ErrorKind::kIo, "cannot write --output '", a.output, "': folder '", dir, "' ",
-           access(dir.c_str(), F_OK) == 0 ? "is not writable" : "does not exist", ". Create it or choose another path.");
-  }
   onnx_mirror::Model model = load_for_training(a.model);
   if (leader)
     for (const auto& note : model.export_notes()) std::cerr << "warning: " << a.model << ": " << note << "\n";
@@ -355,22 +479,8 @@ int run_train(const TrainArgs& a, char** argv) {
   if (val) model.prepare_inputs(val->slice(0, std::min<int64_t>(val->size(), 1)), config.inputs, config.preprocess);
   onnx_mirror::Trainer trainer(model, options);
   const onnx_mirror::FitReport r = trainer.fit(train, val.get(), config);
-  if (leader && !a.output.empty()) {
-    model.save(a.output);
-    std::cout << "wrote " << a.output << "\n";
-  }
-  int status = r.interrupted ? 130 : 0;
-  for (pid_t pid : children) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      std::cerr << "onnx-mirror-train: process " << pid << " of the local world exited with "
-                << (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) << "\n";
-      status = status ? status : 6;
-    }
-  }
-  if (!store_dir.empty()) std::system(("rm -rf '" + store_dir + "'").c_str());
-  return status;
+  const int status = r.interrupted ? 130 : 0;
+  return local_world ? local_world->wait(status) : status;
 }
 
 int run_export(const TrainArgs& a) {

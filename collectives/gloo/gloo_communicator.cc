@@ -19,6 +19,7 @@
 
 #include "collectives/async_work.h"
 #include "collectives/rendezvous/store.h"
+#include "common/threads.h"
 #include "common/error.h"
 
 namespace omt {
@@ -281,7 +282,7 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
     probe_buffer_ = health_->createUnboundBuffer(probe_bytes_.data(), probe_bytes_.size());
     probe_slot_ = uint64_t{1} << 40;
   }
-  worker_ = std::thread([this] { worker_loop(); });
+  worker_ = start_thread("the gloo communicator", [this] { worker_loop(); });
 }
 
 GlooCommunicator::~GlooCommunicator() {

@@ -7,6 +7,7 @@
 #include "onnx_mirror/collectives_bench.h"
 #include "onnx_mirror/data.h"
 #include "onnx_mirror/errors.h"
+#include "onnx_mirror/files.h"
 #include "onnx_mirror/metrics.h"
 #include "onnx_mirror/model.h"
 #include "onnx_mirror/model_info.h"

@@ -110,6 +110,10 @@ struct FitConfig {
   int keep_checkpoints = 3;
   std::string resume;          // checkpoint dir or file to continue from
   std::string metrics_path, report_path, trace_path;  // JSONL metrics, HTML report, trace
+  // The trained inference model, written (rank 0) as soon as training ends, before the files
+  // above. Every path here is checked before step 1 (kIo); one that fails later is reported
+  // (kIo, after the others are written) without losing the model.
+  std::string output_path;
   std::vector<std::string> class_names;  // label the confusion matrix and the report
   std::string command_line;    // shown in the report
   int64_t check_every = 0;     // > 0: compare parameter checksums across replicas every K steps

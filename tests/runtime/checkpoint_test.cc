@@ -1,9 +1,11 @@
 // Checkpoints: bit-identical round trip, keep_last and latest, the different-model error,
 // corrupt and truncated files, and failed writes that leave nothing half-written.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "common/error.h"
@@ -231,6 +233,39 @@ TEST(Checkpoint, UnsupportedDtypeNamesTheTensor) {
   EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
   EXPECT_NE(std::string(e.what()).find("'state/bad'"), std::string::npos) << e.what();
   EXPECT_TRUE(listing(tmp.path()).empty());
+}
+
+// A pid that is surely dead: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// Note [Stale temporaries]: what a writer killed mid-save leaves goes on the next save (or
+// fit's start); a live writer's temporaries and files of other names stay.
+TEST(Checkpoint, StaleTemporariesOfDeadWritersAreRemoved) {
+  test::TempDir tmp;
+  const std::string dead = std::to_string(dead_pid());
+  const std::string live = std::to_string(getppid());  // the test's parent outlives the test
+  const std::string self = std::to_string(getpid());
+  const std::set<std::string> stale = {"ckpt-3.npz.partial." + dead, "ckpt-3.npz.partial." + dead + ".tmp." + dead,
+                                       "ckpt-3.npz.partial." + dead + ".tmp." + dead + ".Ab12Cd",
+                                       "ckpt-3.json.tmp." + dead, "latest.tmp." + dead};
+  const std::set<std::string> kept = {"ckpt-4.npz.partial." + live, "latest.tmp." + live, "notes.tmp." + dead,
+                                      "ckpt-3.npz.partial.x" + dead, "ckpt-5.json.tmp." + self};
+  for (const auto& n : stale) std::ofstream(tmp.file(n)) << "x";
+  for (const auto& n : kept) std::ofstream(tmp.file(n)) << "x";
+  EXPECT_EQ(remove_stale_temporaries(tmp.path()).size(), stale.size());
+  EXPECT_EQ(listing(tmp.path()), kept);
+  for (const auto& n : stale) std::ofstream(tmp.file(n)) << "x";
+  save_checkpoint(tmp.path(), make_checkpoint(10), 3);  // removes them too
+  std::set<std::string> after = kept;
+  after.insert({"ckpt-10.json", "ckpt-10.npz", "latest"});
+  EXPECT_EQ(listing(tmp.path()), after);
+  // With no save in flight, this process's own pid counts as dead (a reused pid).
+  EXPECT_EQ(remove_stale_temporaries(tmp.path(), true), std::vector<std::string>{tmp.file("ckpt-5.json.tmp." + self)});
 }
 
 }  // namespace
