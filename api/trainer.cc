@@ -266,6 +266,7 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     o.epochs = config.epochs;
     o.max_steps = config.max_steps;
     o.global_batch = config.batch;
+    o.accumulate = config.accumulate;
     o.lr = t.lr;
     o.lr_schedule = config.lr_schedule;
     o.warmup_steps = config.warmup_steps;

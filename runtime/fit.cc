@@ -48,15 +48,18 @@ struct PreparedStep {
   SamplerPosition pos{-1, -1};
   int64_t global_samples = 0;
   int64_t global_count = 0;  // positions the loss counts (Note [Targets of any shape])
-  std::vector<ReplicaBatch> shards;
+  // micro[k][r]: local replica r's shard of micro-batch k (one without --accumulate; Note
+  // [Accumulation] in mirrored_trainer.cc): each replica's shard cut into K contiguous parts.
+  std::vector<std::vector<ReplicaBatch>> micro;
 };
 
 class BatchPrefetcher {
  public:
   // `count_labels`: class labels, whose positions holding `ignore_index` do not count.
   BatchPrefetcher(const EpochSampler& sampler, const InputSources& x, const Tensor& y, bool count_labels,
-                  int64_t ignore_index, int local_replicas, int first_global_replica, bool on_replicas)
-      : sampler_(sampler), x_(x), y_(y), count_labels_(count_labels), ignore_index_(ignore_index),
+                  int64_t ignore_index, int local_replicas, int first_global_replica, bool on_replicas,
+                  int accumulate = 1)
+      : sampler_(sampler), x_(x), y_(y), count_labels_(count_labels), ignore_index_(ignore_index), accumulate_(accumulate),
         local_(local_replicas), first_(first_global_replica), on_replicas_(on_replicas),
         thread_(on_replicas ? std::thread() : start_thread("the data loader", [this] { loop(); })) {}
 
@@ -94,15 +97,21 @@ class BatchPrefetcher {
     p.pos = pos;
     p.global_samples = gb.size();
     p.global_count = count_labels_ ? counted_labels(y_, gb.indices, ignore_index_) : gb.size();
-    p.shards.resize(static_cast<size_t>(local_));
+    p.micro.assign(static_cast<size_t>(accumulate_), std::vector<ReplicaBatch>(static_cast<size_t>(local_)));
     for (int r = 0; r < local_; ++r) {
-      auto rows = sampler_.shard(gb, first_ + r);
-      p.shards[r].labels = gather_rows(y_, rows);
-      if (count_labels_) p.shards[r].loss_count = counted_labels(y_, rows, ignore_index_);
-      if (on_replicas_)
-        p.shards[r].deferred = DeferredRows{&x_, std::move(rows)};
-      else
-        p.shards[r].inputs = x_.gather(rows);
+      const auto shard = sampler_.shard(gb, first_ + r);
+      const size_t len = shard.size();
+      for (int k = 0; k < accumulate_; ++k) {
+        std::vector<int64_t> rows(shard.begin() + static_cast<long>(len * k / accumulate_),
+                                  shard.begin() + static_cast<long>(len * (k + 1) / accumulate_));
+        ReplicaBatch& b = p.micro[k][r];
+        b.labels = gather_rows(y_, rows);
+        if (count_labels_) b.loss_count = counted_labels(y_, rows, ignore_index_);
+        if (on_replicas_)
+          b.deferred = DeferredRows{&x_, std::move(rows)};
+        else
+          b.inputs = x_.gather(rows);
+      }
     }
     return p;
   }
@@ -141,6 +150,7 @@ class BatchPrefetcher {
   const Tensor& y_;
   const bool count_labels_;
   const int64_t ignore_index_;
+  const int accumulate_;
   const int local_, first_;
   const bool on_replicas_;  // Note [Gather on the replica]
   std::mutex mu_;
@@ -405,6 +415,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   const EvalTarget eval_target{scored.name, loss, o.spec.class_axis, o.spec.ignore_index};
   const int64_t eval_batch = o.eval_batch > 0 ? o.eval_batch : std::max<int64_t>(1, o.global_batch);
   const std::vector<ValueInfo>& inputs = model->graph.inputs;
+  OMT_CHECK(o.accumulate >= 1 && o.accumulate <= o.global_batch, kInvalidArgument, "--accumulate must be in [1, ",
+            "--global-batch = ", o.global_batch, "], got ", o.accumulate);
   OMT_CHECK(!o.shift_labels || class_labels, kInvalidArgument, "--shift-labels makes class labels (the next token); "
             "it needs a class-label loss (softmax_cross_entropy or nll), not ", loss_kind_name(loss));
   // Note [Features converted per batch], Note [Inputs from arrays].
@@ -499,7 +511,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
         << (o.spec.optimizer.no_decay == "auto" ? ": biases and norm weights" : "") << ")\n";
 
   BatchPrefetcher loader(sampler, x, y, class_labels, o.spec.ignore_index, trainer.local_replicas(),
-                         trainer.first_global_replica(), trainer.replicas_fill_cores());
+                         trainer.first_global_replica(), trainer.replicas_fill_cores(), static_cast<int>(o.accumulate));
   std::vector<double> rates;
   bool stop = false;
   SamplerPosition next_pos = pos;  // where the next step would start
@@ -516,7 +528,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     float lr_now = o.lr;
     for (int64_t s = first; s < last; ++s) {
       const PreparedStep prepared = loader.take({e, s});
-      const std::vector<ReplicaBatch>& shards = prepared.shards;
+      const std::vector<ReplicaBatch>& shards = prepared.micro.back();  // the outputs' micro-batch
       const int64_t global_samples = prepared.global_samples;
       lr_now = schedule.lr_at(step, e, spe, total);
       // A global batch of padding only (possible with token labels) has nothing to learn from.
@@ -524,7 +536,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
         next_pos = sampler.next({e, s});
         continue;
       }
-      const MirroredStepResult res = trainer.step(shards, global_samples, lr_now, prepared.global_count);
+      const MirroredStepResult res = trainer.step_micro(prepared.micro, global_samples, lr_now, prepared.global_count);
       ++step;
       ++steps_in_epoch;
       if (!std::isfinite(res.loss)) {

@@ -180,6 +180,7 @@ struct MirroredTrainer::Impl {
     NamedTensors params, state;
     NamedTensors update_feeds;  // sliced update: views of this replica's slices, built once
     NamedTensors gathered;      // the deferred input rows of the step (ReplicaBatch::deferred), reused
+    std::vector<Tensor> accum;  // Note [Accumulation]: the buckets of the earlier micro-batches
     std::vector<Tensor> buckets;
     std::vector<Tensor> grad_views;  // per parameter: its slot in its bucket (built once)
     std::vector<TraceEvent> events;
@@ -226,7 +227,9 @@ struct MirroredTrainer::Impl {
   std::atomic<uint64_t> published{0};     // generation, for threads spinning before they block
   std::atomic<int> remaining{0};          // replica threads still in the current step
   bool stopping = false;
-  const std::vector<ReplicaBatch>* batches = nullptr;
+  // The step's micro-batches (Note [Accumulation]): micro[k][r] is local replica r's shard of
+  // micro-batch k; one entry without accumulation.
+  std::vector<const std::vector<ReplicaBatch>*> micro;
   int64_t global_count = 0;  // the loss seed's denominator (Note [Targets of any shape])
   float lr = 0;
 
@@ -435,21 +438,58 @@ struct MirroredTrainer::Impl {
     if (opt.trace && t1 - t0 > 1) reps[r].events.push_back({"wait bucket " + std::to_string(b), "wait", t0, t1 - t0, r});
   }
 
+  // Note [Accumulation]: with K micro-batches a replica runs its backward graph K times. After
+  // each but the last it adds its buckets into an accumulator of its own (the first copies);
+  // in the last, right before it arrives at a bucket, it adds the accumulator into that bucket,
+  // so each bucket is reduced (locally and across processes) once per step, holding the sum
+  // over the K micro-batches. The loss seeds are count / the count of the whole step, so the
+  // update is the one of a single batch K times the size. CPU replicas only.
+  void fold_accumulated(int b, int r) {
+    Replica& rep = reps[r];
+    if (micro.size() < 2) return;
+    float* dst = rep.buckets[b].data<float>();
+    const float* acc = rep.accum[b].data<float>();
+    for (int64_t i = 0, e = rep.buckets[b].numel(); i < e; ++i) dst[i] += acc[i];
+  }
+  void keep_accumulated(int r, bool first) {
+    Replica& rep = reps[r];
+    if (rep.accum.size() != rep.buckets.size()) {
+      rep.accum.clear();
+      for (const auto& b : rep.buckets) rep.accum.push_back(Tensor::empty(b.dtype(), b.shape()));
+    }
+    for (size_t b = 0; b < rep.buckets.size(); ++b) {
+      float* acc = rep.accum[b].data<float>();
+      const float* src = rep.buckets[b].data<float>();
+      const int64_t e = rep.buckets[b].numel();
+      if (first)
+        std::memcpy(acc, src, static_cast<size_t>(e) * sizeof(float));
+      else
+        for (int64_t i = 0; i < e; ++i) acc[i] += src[i];
+    }
+  }
+
   void run_replica(int r) {
     Replica& rep = reps[r];
-    const ReplicaBatch& batch = (*batches)[r];
-    const int64_t n = batch.size() > 0 ? batch.weight() : 0;  // Note [Targets of any shape]
     rep.compute_ms = rep.exposed_ms = 0;
     rep.loss = 0;
     rep.outputs = NamedTensors();
     const double start = now_us();
     double kernel_start = 0;
+    const int K = static_cast<int>(micro.size());
+    int64_t n = 0;
+    for (int k = 0; k < K; ++k) {
+    const ReplicaBatch& batch = (*micro[static_cast<size_t>(k)])[r];
+    const bool last = k + 1 == K;
+    n = batch.size() > 0 ? batch.weight() : 0;  // Note [Targets of any shape]
     RunHooks bw_hooks;
     if (opt.trace) bw_hooks.before_node = [&](int) { kernel_start = now_us(); };
-    bw_hooks.after_node = [&](int k) {
-      if (opt.trace) rep.events.push_back({rep.backward->node(k).name, "kernel", kernel_start, now_us() - kernel_start, r});
-      if (opt.overlap)
-        for (int b : ready_after[k]) arrive(b, r);
+    bw_hooks.after_node = [&](int j) {
+      if (opt.trace) rep.events.push_back({rep.backward->node(j).name, "kernel", kernel_start, now_us() - kernel_start, r});
+      if (opt.overlap && last)
+        for (int b : ready_after[j]) {
+          fold_accumulated(b, r);
+          arrive(b, r);
+        }
     };
     if (n > 0) {
       NamedTensors f;
@@ -468,12 +508,16 @@ struct MirroredTrainer::Impl {
       if (on_device)
         rep.loss_value = out.at(tg.loss);  // downloaded once the update is enqueued
       else
-        rep.loss = out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_count);
+        rep.loss += out.at(tg.loss).value_as_double(0) * static_cast<double>(n) / static_cast<double>(global_count);
       for (const auto& s : tg.states)
         if (out.has(s.updated)) store(r, s.name, rep.state.at(s.name), out.at(s.updated));
-      for (const auto& o : model->graph.outputs) rep.outputs.set(o.name, out.at(o.name));
-      if (!opt.overlap)
-        for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b), r);
+      if (last)
+        for (const auto& o : model->graph.outputs) rep.outputs.set(o.name, out.at(o.name));
+      if (!opt.overlap && last)
+        for (size_t b = 0; b < rep.buckets.size(); ++b) {
+          fold_accumulated(static_cast<int>(b), r);
+          arrive(static_cast<int>(b), r);
+        }
     } else {
       for (auto& b : rep.buckets) {
         if (on_device)
@@ -481,7 +525,13 @@ struct MirroredTrainer::Impl {
         else
           std::memset(b.raw(), 0, b.nbytes());
       }
-      for (size_t b = 0; b < rep.buckets.size(); ++b) arrive(static_cast<int>(b), r);
+      if (last)
+        for (size_t b = 0; b < rep.buckets.size(); ++b) {
+          fold_accumulated(static_cast<int>(b), r);
+          arrive(static_cast<int>(b), r);
+        }
+    }
+    if (!last) keep_accumulated(r, k == 0);
     }
     const double backward_end = now_us();
 
@@ -855,9 +905,18 @@ int MirroredTrainer::first_global_replica() const {
 
 MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr,
                                          int64_t global_count) {
+  return step_micro({local}, global_samples, lr, global_count);
+}
+
+MirroredStepResult MirroredTrainer::step_micro(const std::vector<std::vector<ReplicaBatch>>& micro,
+                                               int64_t global_samples, float lr, int64_t global_count) {
   Impl& m = *impl_;
-  OMT_CHECK(static_cast<int>(local.size()) == m.R, kInvalidArgument, "step got ", local.size(),
-            " shards for ", m.R, " local replicas");
+  OMT_CHECK(!micro.empty(), kInvalidArgument, "a step needs at least one micro-batch");
+  OMT_CHECK(micro.size() == 1 || !m.on_device, kUnsupported,
+            "--accumulate runs on CPU replicas only so far; train on the CPU or without accumulation");
+  for (const auto& local : micro)
+    OMT_CHECK(static_cast<int>(local.size()) == m.R, kInvalidArgument, "step got ", local.size(),
+              " shards for ", m.R, " local replicas");
   OMT_CHECK(global_samples > 0, kInvalidArgument, "a global batch needs at least one sample");
   if (global_count < 0) global_count = global_samples;
   OMT_CHECK(global_count > 0, kInvalidArgument, "the global batch of ", global_samples,
@@ -873,7 +932,8 @@ MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local,
   }
   {
     std::lock_guard<std::mutex> lock(m.pool_mu);
-    m.batches = &local;
+    m.micro.clear();
+    for (const auto& local : micro) m.micro.push_back(&local);
     m.global_count = global_count;
     m.lr = lr;
     m.remaining.store(m.R - 1, std::memory_order_relaxed);

@@ -119,6 +119,13 @@ class MirroredTrainer {
   // never hangs past the timeout.
   MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr,
                           int64_t global_count = -1);
+  // Gradient accumulation (Note [Accumulation] in mirrored_trainer.cc): one step over K
+  // micro-batches, micro[k][r] local replica r's shard of micro-batch k; each bucket is
+  // reduced once, after the last. `global_samples` and `global_count` cover all K. The update
+  // equals step() on the K micro-batches joined. MirroredStepResult::outputs are the last
+  // micro-batch's. CPU replicas only (kUnsupported on a GPU for K > 1).
+  MirroredStepResult step_micro(const std::vector<std::vector<ReplicaBatch>>& micro, int64_t global_samples,
+                                float lr, int64_t global_count = -1);
 
   // Sums host `data` (count elements) over the processes in place, through the process
   // group; a device-memory one (NCCL) gets an upload and gives a download. A no-op in one

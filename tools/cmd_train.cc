@@ -42,7 +42,7 @@ struct TrainArgs {
   int64_t ignore_index = -100;
   float label_smoothing = 0.0f;
   bool shift_labels = false;
-  int64_t eval_batch = 0;
+  int64_t eval_batch = 0, accumulate = 1;
   std::string optimizer = "sgd";
   float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
@@ -452,6 +452,7 @@ int run_train(const TrainArgs& a, char** argv) {
   config.inputs = input_map(a);
   config.shift_labels = a.shift_labels;
   config.eval_batch = a.eval_batch;
+  config.accumulate = a.accumulate;
   for (char** p = argv; *p; ++p) config.command_line += std::string(p == argv ? "" : " ") + *p;
   config.stop = &g_stop;
   config.log = &std::cout;  // fit logs on rank 0 only
@@ -552,6 +553,9 @@ void register_train(CLI::App& app) {
     sub->add_option("--output", a->output, "TRAINED.onnx: the inference model with trained parameters");
     sub->add_option("--threads", a->threads, "kernel threads per replica (default: cores / replicas)")
         ->check(machine_count(true));
+    sub->add_option("--accumulate", a->accumulate,
+                    "micro-batches per step: gradients accumulate and are all-reduced once (memory of a micro-batch)")
+        ->check(count_in(1, int64_t{1} << 20));
     sub->add_option("--eval-batch", a->eval_batch, "samples per evaluation batch (default: --global-batch)")
         ->check(count_in(0, int64_t{1} << 40));
     set_action(sub, [a] { return run_train(*a, g_argv); });

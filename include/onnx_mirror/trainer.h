@@ -93,6 +93,10 @@ struct FitConfig {
   int64_t epochs = 1;
   int64_t max_steps = 0;       // > 0: stop after this many steps
   int64_t batch = 64;          // global batch, split across replicas
+  // Gradient accumulation: each replica runs its share of a global batch as this many
+  // micro-batches and the gradients are all-reduced once per step; the update is the one of
+  // the whole batch (memory of a micro-batch). CPU only.
+  int64_t accumulate = 1;
   std::string lr_schedule = "constant";  // "constant", "step:EVERY:GAMMA", "cosine[:MIN_LR]"
   int64_t warmup_steps = 0;
   uint64_t seed = 0;

@@ -186,22 +186,31 @@ TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
               << c.model << " " << opt << " " << replicas << " replicas, logit " << i;
       }
     }
-    // Clipping across processes: the norm of the all-reduced buckets, the same on every rank.
-    for (const char* layout : {" --nproc 2 --replicas 1", " --nproc 2 --replicas 2"}) {
+    // Accumulation: K micro-batches per replica make the one-batch update, and clipping
+    // across processes uses the norm of the all-reduced buckets, the same on every rank.
+    struct Layout {
+      const char* options;
+      const char* ref;
+    };
+    for (const Layout layout : {Layout{" --accumulate 2", "sgd"}, Layout{" --accumulate 4 --replicas 2", "sgd"},
+                                Layout{" --accumulate 2 --nproc 2", "sgd"},
+                                Layout{" --nproc 2 --replicas 1 --clip-grad-norm 0.1", "sgd_clip"},
+                                Layout{" --nproc 2 --replicas 2 --clip-grad-norm 0.1", "sgd_clip"},
+                                Layout{" --accumulate 2 --replicas 2 --clip-grad-norm 0.1", "sgd_clip"}}) {
       test::TempDir dir;
       write_npz(dir.file("inputs.npz"), inputs);
       const auto r = run_tool("train " + onnx + " --data " + base + "_data.npz" + c.extra +
-                              " --global-batch 8 --steps 3 --no-shuffle --optimizer sgd --lr 0.1 --clip-grad-norm 0.1" +
-                              layout + " --output " + dir.file("trained.onnx"));
+                              " --global-batch 8 --steps 3 --no-shuffle --optimizer sgd --lr 0.1" + layout.options +
+                              " --output " + dir.file("trained.onnx"));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       const auto p = run_tool("predict " + dir.file("trained.onnx") + " --data " + dir.file("inputs.npz") +
                               " --output " + dir.file("out.npz"));
       ASSERT_EQ(p.exit_code, 0) << p.output;
       const Tensor got = read_npz(dir.file("out.npz")).at("logits");
-      const Tensor& want = ref.at("sgd_clip/logits");
+      const Tensor& want = ref.at(std::string(layout.ref) + "/logits");
       for (int64_t i = 0; i < got.numel(); ++i)
         ASSERT_LE(std::fabs(got.value_as_double(i) - want.value_as_double(i)), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
-            << c.model << layout << ", logit " << i;
+            << c.model << layout.options << ", logit " << i;
     }
     // `grad` reads the same data the same way: its loss is torch's before any step.
     test::TempDir dir;
@@ -214,6 +223,24 @@ TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
     if (std::string(c.model) == "gpt2") {
       EXPECT_NE(e.output.find("counted tokens, token accuracy"), std::string::npos) << e.output;
     }
+  }
+}
+
+// --accumulate K all-reduces each bucket once per step, not once per micro-batch: the trace
+// holds one reduction of bucket 0 per step.
+TEST(TrainCli, AccumulationReducesEachBucketOncePerStep) {
+  test::TempDir dir;
+  const std::string base = source_path("tests/data/tokens/gpt2");
+  for (const int k : {1, 4}) {
+    const auto r = run_tool("train " + base + "_lm.onnx --data " + base + "_data.npz --shift-labels --global-batch 8 "
+                            "--steps 3 --accumulate " + std::to_string(k) + " --trace " + dir.file("trace.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string trace = read_file_bytes(dir.file("trace.json"));
+    int reductions = 0;
+    for (size_t at = trace.find("\"local reduce bucket 0\""); at != std::string::npos;
+         at = trace.find("\"local reduce bucket 0\"", at + 1))
+      ++reductions;
+    EXPECT_EQ(reductions, 3) << "--accumulate " << k;
   }
 }
 
