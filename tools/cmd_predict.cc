@@ -7,6 +7,7 @@
 
 #include "onnx_mirror/arrays.h"
 #include "onnx_mirror/data.h"
+#include "onnx_mirror/files.h"
 #include "onnx_mirror/model.h"
 #include "tools/commands.h"
 
@@ -44,6 +45,7 @@ std::vector<int64_t> argmax_rows(const Tensor& logits) {
 }
 
 int run_predict(const PredictArgs& a) {
+  if (!a.output.empty()) onnx_mirror::check_output_path(a.output, "--output");  // before the work
   onnx_mirror::LoadOptions load;
   load.device = a.device;
   onnx_mirror::Model model = onnx_mirror::Model::load(a.model, load);

@@ -229,6 +229,7 @@ int default_threads(const TrainArgs& a) {
 
 int run_grad(const TrainArgs& given) {
   trainer_options(given);  // the options' own errors first
+  onnx_mirror::check_output_path(given.output, "--output");  // before the work, not after it
   onnx_mirror::Model model = load_for_training(given.model, given.device);
   const Data d = load_training_data(given.data, model, given);
   TrainArgs a = given;
@@ -486,6 +487,7 @@ int run_train(const TrainArgs& a, char** argv) {
 
 int run_export(const TrainArgs& a) {
   onnx_mirror::TrainerOptions options = trainer_options(a);
+  onnx_mirror::check_output_path(a.output, "--output");
   const onnx_mirror::Model model = load_for_training(a.model);
   const onnx_mirror::TrainingGraphSummary tg = onnx_mirror::Trainer::export_training_graph(model, options, a.output);
   std::cout << "wrote the training step of '" << a.model << "' (" << tg.nodes << " nodes: forward, " << tg.loss

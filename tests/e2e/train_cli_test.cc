@@ -244,6 +244,17 @@ TEST(TrainCli, AccumulationReducesEachBucketOncePerStep) {
   }
 }
 
+// grad, predict and export-training-graph check --output before they load or compute anything.
+TEST(TrainCli, UnwritableOutputsOfTheOtherCommandsFailFirst) {
+  const std::string model = source_path("tests/data/tokens/gpt2_lm.onnx");
+  const std::string data = source_path("tests/data/tokens/gpt2_data.npz");
+  for (const std::string& cmd : {"grad " + model + " --data " + data + " --shift-labels",
+                                "predict " + model + " --data " + data, "export-training-graph " + model}) {
+    const auto r = run_tool(cmd + " --output /nonexistent-omt/out.npz");
+    expect_failure(r, {"--output", "/nonexistent-omt", "does not exist"});
+  }
+}
+
 // What a user gets wrong with token data is named before step 1.
 TEST(TrainCli, TokenDataErrorsNameTheProblem) {
   test::TempDir dir;
