@@ -446,7 +446,9 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   }
   const bool tokens = class_labels && y.rank() >= 2;
 
-  MirroredTrainer trainer(model, o.spec, o.mirror);
+  MirrorOptions mirror = o.mirror;
+  mirror.seed = o.seed;  // Note [Dropout per replica]
+  MirroredTrainer trainer(model, o.spec, mirror);
   const int world = trainer.world_size();
   if (leader && o.explain_buckets) {
     std::vector<std::string> names;

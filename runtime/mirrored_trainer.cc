@@ -20,6 +20,34 @@
 
 namespace omt {
 
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Note [Dropout per replica]: `backward` with every Dropout node's seed attribute derived from
+// (seed, global replica, node index); the model itself when it has no Dropout.
+std::shared_ptr<const Model> with_dropout_seeds(const std::shared_ptr<const Model>& backward, uint64_t seed,
+                                                int global_replica) {
+  bool any = false;
+  for (const auto& n : backward->graph.nodes) any |= n.domain.empty() && n.op_type == "Dropout";
+  if (!any) return backward;
+  auto copy = std::make_shared<Model>(*backward);
+  for (size_t i = 0; i < copy->graph.nodes.size(); ++i) {
+    Node& n = copy->graph.nodes[i];
+    if (!(n.domain.empty() && n.op_type == "Dropout")) continue;
+    const uint64_t s = splitmix64(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(global_replica) + 1)) + i);
+    n.attrs.set("seed", static_cast<int64_t>(s & 0x7fffffff));
+  }
+  return copy;
+}
+
+}  // namespace
+
 int64_t ReplicaBatch::size() const {
   if (deferred.source) return static_cast<int64_t>(deferred.rows.size());
   for (const auto& n : inputs.names()) return inputs.at(n).rank() ? inputs.at(n).dim(0) : 1;
@@ -803,7 +831,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       if (!shared.has(name)) return fallback.clone();
       return r == 0 ? shared.at(name) : shared.at(name).clone();
     };
-    rep.backward = std::make_unique<Session>(backward, so);
+    rep.backward = std::make_unique<Session>(with_dropout_seeds(backward, options.seed, m.R * (options.comm ? options.comm->rank() : 0) + static_cast<int>(r)), so);
     rep.update = std::make_unique<Session>(
         m.sliced ? std::make_shared<const Model>(sliced_update_model(m.plan, m.tg, static_cast<int>(r), m.R, m.sum_in_update))
                  : update,

@@ -40,6 +40,10 @@ struct MirrorOptions {
   // whole global batch, is at most this before the update, as torch.nn.utils.clip_grad_norm_
   // (Note [Clipping] in mirrored_trainer.cc). CPU replicas only.
   double clip_grad_norm = 0;
+  // Note [Dropout per replica]: the seed of the replicas' dropout masks. Global replica g's
+  // Dropout nodes draw from seeds derived from (seed, g, the node), so every replica draws
+  // its own masks and a run with the same seed and world draws the same ones.
+  uint64_t seed = 0;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)

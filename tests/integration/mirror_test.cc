@@ -219,3 +219,63 @@ TEST(Mirroring, DivergedReplicasAreNamed) {
 
 }  // namespace
 }  // namespace omt
+
+#include "tests/regression_util.h"
+
+namespace omt {
+namespace {
+
+// Note [Dropout per replica]: a linear model with Dropout(0.5) after it, in training mode.
+std::shared_ptr<const Model> dropout_model() {
+  Model m = test::linear_model();
+  m.graph.nodes[0].outputs = {"hidden"};
+  Node ratio;
+  ratio.name = "ratio";
+  ratio.op_type = "Constant";
+  ratio.outputs = {"ratio_value"};
+  ratio.attrs.set("value", Tensor::scalar<float>(0.5f));
+  Node drop;
+  drop.name = "dropout";
+  drop.op_type = "Dropout";
+  drop.inputs = {"hidden", "ratio_value"};
+  drop.outputs = {"output"};
+  m.graph.nodes.push_back(ratio);
+  m.graph.nodes.push_back(drop);
+  Tensor w = Tensor::empty(DType::kFloat32, {test::kLinearIn, test::kLinearOut});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.1f * static_cast<float>(i + 1);
+  m.graph.initializers.set("fc.weight", w);
+  return std::make_shared<const Model>(m);
+}
+
+// The outputs each local replica computed in one step on the same rows.
+std::vector<Tensor> dropout_outputs(uint64_t seed) {
+  TrainingSpec spec;
+  spec.loss = LossKind::kMse;
+  MirrorOptions mo;
+  mo.replicas = 2;
+  mo.seed = seed;
+  MirroredTrainer trainer(dropout_model(), spec, mo);
+  const test::LinearData d = test::linear_data(16, 3);
+  std::vector<ReplicaBatch> shards(2);
+  for (auto& s : shards) {
+    s.inputs.set("input", d.x);
+    s.labels = d.y;
+  }
+  const MirroredStepResult res = trainer.step(shards, 32, 0.01f);
+  return {res.outputs[0].at("output"), res.outputs[1].at("output")};
+}
+
+TEST(MirroredTrainerDropout, EachReplicaDrawsItsOwnMasksFromTheSeed) {
+  const auto a = dropout_outputs(7), again = dropout_outputs(7), other = dropout_outputs(8);
+  EXPECT_FALSE(test::tensors_identical(a[0], a[1])) << "both replicas drew the same mask";
+  EXPECT_TRUE(test::tensors_identical(a[0], again[0]));
+  EXPECT_TRUE(test::tensors_identical(a[1], again[1]));
+  EXPECT_FALSE(test::tensors_identical(a[0], other[0])) << "the seed does not reach the masks";
+  int zeros = 0;
+  for (int64_t i = 0; i < a[0].numel(); ++i) zeros += a[0].data<float>()[i] == 0.0f;
+  EXPECT_GT(zeros, 8);  // about half of 48
+  EXPECT_LT(zeros, 40);
+}
+
+}  // namespace
+}  // namespace omt
