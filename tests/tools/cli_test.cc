@@ -81,11 +81,16 @@ TEST(Cli, PredictKeepsTheBatchAndIgnoresReplicaCount) {
 }
 
 TEST(Cli, PredictUnwritableOutputLeavesNothing) {
-  const auto r = run_tool("predict " + source_path("models/mlp.onnx") + " --data " +
-                          source_path("models/reference/mlp_predict.npz") + " --output /nonexistent/out.npz");
-  // The reference archive also holds 'logits', which is not a model input: a clear error.
-  expect_failure(r, {"'logits'"});
   test::TempDir dir;
+  // An unwritable --output is found before the data is read.
+  expect_failure(run_tool("predict " + source_path("models/mlp.onnx") + " --data " +
+                          source_path("models/reference/mlp_predict.npz") + " --output /nonexistent/out.npz"),
+                 {"--output", "/nonexistent", "does not exist"});
+  // The reference archive also holds 'logits', which is not a model input: a clear error.
+  expect_failure(run_tool("predict " + source_path("models/mlp.onnx") + " --data " +
+                          source_path("models/reference/mlp_predict.npz") + " --output " + dir.file("out.npz")),
+                 {"'logits'"});
+  EXPECT_FALSE(file_exists(dir.file("out.npz")));
   NamedTensors in;
   in.set("input", read_npz(source_path("models/reference/mlp_predict.npz")).at("input"));
   write_npz(dir.file("in.npz"), in);
