@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include "common/file_util.h"
@@ -268,6 +269,7 @@ NamedTensors parse_npz(const std::string& data, const std::string& path) {
   }
   zip_error_fini(&ze);
   NamedTensors out;
+  std::set<std::string> seen;
   zip_file_t* f = nullptr;
   try {
     const zip_int64_t n = zip_get_num_entries(z, 0);
@@ -282,6 +284,8 @@ NamedTensors parse_npz(const std::string& data, const std::string& path) {
       std::string name = st.name;
       if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
       const std::string what = str_cat("array '", name, "' in '", path, "'");
+      OMT_CHECK(seen.insert(name).second, kInvalidArgument, "'", path, "' holds two arrays named '", name,
+                "'; the archive is corrupt");
       OMT_CHECK(st.comp_size <= data.size(), kInvalidArgument, what, " claims ", st.comp_size,
                 " compressed bytes, more than the archive's ", data.size(), "; the archive is corrupt");
       if (st.comp_method == ZIP_CM_STORE) {
