@@ -9,6 +9,7 @@
 // versions, op types, inputs and outputs of nodes, attributes, the elem types and shapes of
 // graph values and initializers, the nodes themselves.
 #include <onnx/onnx_pb.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -22,12 +23,14 @@
 
 namespace {
 
-// The model "lives" in an empty folder of its own, so external data can name nothing real.
+// The model "lives" in an empty folder of its own (removed at exit), so external data can
+// name nothing real.
+char g_dir[] = "/tmp/omt-fuzz-onnx-XXXXXX";
 const std::string& model_path() {
   static const std::string path = [] {
-    char tmpl[] = "/tmp/omt-fuzz-onnx-XXXXXX";
-    const char* dir = mkdtemp(tmpl);
-    return std::string(dir ? dir : "/nonexistent") + "/model.onnx";
+    if (mkdtemp(g_dir) == nullptr) return std::string("/nonexistent/model.onnx");
+    std::atexit([] { rmdir(g_dir); });
+    return std::string(g_dir) + "/model.onnx";
   }();
   return path;
 }
