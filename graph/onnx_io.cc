@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <map>
@@ -284,6 +285,39 @@ std::set<std::string> strip_bn_saved_outputs(onnx::GraphProto* g, const std::str
   return training_nodes;
 }
 
+// Note [Converter preconditions]: ONNX's version converter trusts what its adapters read.
+// Gemm's 6 -> 7 adapter indexes the shapes of A and B as rank 2 (onnx/version_converter/
+// adapters/gemm_6_7.h) and crashes (SIGSEGV, found by tests/fuzz/fuzz_onnx) when the file
+// declares no shape or a lower rank for them. Such nodes are refused before it runs.
+void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, const std::string& source) {
+  if (opset >= 7) return;
+  // Every rank the file declares for a value: graph inputs, outputs, value_info, initializers.
+  std::map<std::string, std::vector<int>> ranks;
+  auto declare = [&](const onnx::ValueInfoProto& v) {
+    const auto& t = v.type();
+    ranks[v.name()].push_back(t.has_tensor_type() && t.tensor_type().has_shape()
+                                  ? t.tensor_type().shape().dim_size() : -1);
+  };
+  for (const auto& v : g.input()) declare(v);
+  for (const auto& v : g.output()) declare(v);
+  for (const auto& v : g.value_info()) declare(v);
+  for (const auto& t : g.initializer()) ranks[t.name()].push_back(t.dims_size());
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (n.op_type() != "Gemm" || !is_default_domain(n.domain())) continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::string input = k < n.input_size() ? n.input(k) : "";
+      const auto it = ranks.find(input);
+      const bool rank2 = it != ranks.end() && std::all_of(it->second.begin(), it->second.end(),
+                                                          [](int r) { return r >= 2; });
+      OMT_CHECK(rank2, kUnsupported, "'", source, "': Gemm node '", n.name().empty() ? str_cat("Gemm_", i) : n.name(),
+                "' at opset ", opset, " has input ", k ? "B" : "A", " '", input,
+                "' without a declared rank-2 shape, which ONNX's converter to opset 7 needs. "
+                "Export with opset_version=", kCanonicalOpset, ".");
+    }
+  }
+}
+
 // Note [Exporter metadata]: PyTorch's dynamo exporter says what each initializer was in torch
 // on the value_info of the same name; other producers may use the TensorProto's own. Read
 // before the version converter, which rebuilds value infos without their metadata.
@@ -410,6 +444,7 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
                  "\nExport with opset_version=", kCanonicalOpset, " so the exporter writes them with older ops.");
       }
     }
+    check_converter_preconditions(proto.graph(), opset, source);  // Note [Converter preconditions]
     try {
       proto = onnx::version_conversion::ConvertVersion(proto, static_cast<int>(kCanonicalOpset));
     } catch (const std::exception& e) {

@@ -1,0 +1,28 @@
+// Inputs tests/fuzz/fuzz_onnx found crashing import, each now a clean error that says why.
+// The files live in the fuzz corpus (tests/fuzz/corpus/onnx/crash_*), which every build also
+// replays (fuzz_onnx_corpus).
+#include <gtest/gtest.h>
+
+#include "common/file_util.h"
+#include "graph/onnx_io.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+// Note [Converter preconditions] in graph/onnx_io.cc: the MLP test model with its opset set
+// to 6 and shapes mangled; ONNX's Gemm 6 -> 7 adapter indexed a missing shape (SIGSEGV).
+TEST(OnnxFuzzFindings, GemmAtOpset6WithoutRank2ShapesIsRefusedBeforeTheConverter) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_gemm_6_7_no_rank2_shape.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    for (const char* part : {"'crash.onnx'", "Gemm node", "at opset", "rank-2 shape", "opset_version=23"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace omt
