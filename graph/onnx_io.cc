@@ -285,33 +285,48 @@ std::set<std::string> strip_bn_saved_outputs(onnx::GraphProto* g, const std::str
   return training_nodes;
 }
 
+// The rank the file declares for each value (graph inputs, outputs, value_info,
+// initializers); -1 where a declaration has no shape or two declarations disagree.
+std::map<std::string, int> declared_ranks(const onnx::GraphProto& g) {
+  std::map<std::string, int> ranks;
+  auto declare = [&](const std::string& name, int rank) {
+    const auto [it, fresh] = ranks.emplace(name, rank);
+    if (!fresh && it->second != rank) it->second = -1;
+  };
+  auto declare_value = [&](const onnx::ValueInfoProto& v) {
+    const auto& t = v.type();
+    declare(v.name(), t.has_tensor_type() && t.tensor_type().has_shape() ? t.tensor_type().shape().dim_size() : -1);
+  };
+  for (const auto& v : g.input()) declare_value(v);
+  for (const auto& v : g.output()) declare_value(v);
+  for (const auto& v : g.value_info()) declare_value(v);
+  for (const auto& t : g.initializer()) declare(t.name(), t.dims_size());
+  return ranks;
+}
+
+int rank_of(const std::map<std::string, int>& ranks, const onnx::NodeProto& n, int input) {
+  if (input >= n.input_size()) return -1;
+  const auto it = ranks.find(n.input(input));
+  return it == ranks.end() ? -1 : it->second;
+}
+
+std::string node_label(const onnx::NodeProto& n, int index) {
+  return n.name().empty() ? str_cat(n.op_type(), "_", index) : n.name();
+}
+
 // Note [Converter preconditions]: ONNX's version converter trusts what its adapters read.
 // Gemm's 6 -> 7 adapter indexes the shapes of A and B as rank 2 (onnx/version_converter/
 // adapters/gemm_6_7.h) and crashes (SIGSEGV, found by tests/fuzz/fuzz_onnx) when the file
 // declares no shape or a lower rank for them. Such nodes are refused before it runs.
 void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, const std::string& source) {
   if (opset >= 7) return;
-  // Every rank the file declares for a value: graph inputs, outputs, value_info, initializers.
-  std::map<std::string, std::vector<int>> ranks;
-  auto declare = [&](const onnx::ValueInfoProto& v) {
-    const auto& t = v.type();
-    ranks[v.name()].push_back(t.has_tensor_type() && t.tensor_type().has_shape()
-                                  ? t.tensor_type().shape().dim_size() : -1);
-  };
-  for (const auto& v : g.input()) declare(v);
-  for (const auto& v : g.output()) declare(v);
-  for (const auto& v : g.value_info()) declare(v);
-  for (const auto& t : g.initializer()) ranks[t.name()].push_back(t.dims_size());
+  const auto ranks = declared_ranks(g);
   for (int i = 0; i < g.node_size(); ++i) {
     const auto& n = g.node(i);
     if (n.op_type() != "Gemm" || !is_default_domain(n.domain())) continue;
     for (int k = 0; k < 2; ++k) {
-      const std::string input = k < n.input_size() ? n.input(k) : "";
-      const auto it = ranks.find(input);
-      const bool rank2 = it != ranks.end() && std::all_of(it->second.begin(), it->second.end(),
-                                                          [](int r) { return r >= 2; });
-      OMT_CHECK(rank2, kUnsupported, "'", source, "': Gemm node '", n.name().empty() ? str_cat("Gemm_", i) : n.name(),
-                "' at opset ", opset, " has input ", k ? "B" : "A", " '", input,
+      OMT_CHECK(rank_of(ranks, n, k) >= 2, kUnsupported, "'", source, "': Gemm node '", node_label(n, i),
+                "' at opset ", opset, " has input ", k ? "B" : "A", " '", k < n.input_size() ? n.input(k) : "",
                 "' without a declared rank-2 shape, which ONNX's converter to opset 7 needs. "
                 "Export with opset_version=", kCanonicalOpset, ".");
     }
@@ -466,9 +481,27 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     // (SIGSEGV) when two operands' ellipses cover different numbers of dimensions. Einsum
     // nodes with an ellipsis in several operands are hidden from it in a private domain and
     // restored after; their output shapes are then found at run time.
+    //
+    // Note [ConvTranspose shape inference]: its shape inference reads the kernel size from
+    // W's dimensions 2.. and indexes it by X's spatial axes, and W's dimension 1, so a W whose
+    // rank is not X's crashes it (SIGSEGV, found by tests/fuzz/fuzz_onnx). Where the file
+    // declares both ranks they are checked here (a model error when they cannot be a
+    // ConvTranspose); where it does not, the node is hidden like such an Einsum.
+    const auto ranks = declared_ranks(proto.graph());
     std::vector<int> hidden;
     for (int i = 0; i < proto.graph().node_size(); ++i) {
       auto* n = proto.mutable_graph()->mutable_node(i);
+      if (n->op_type() == "ConvTranspose" && is_default_domain(n->domain())) {
+        const int x = rank_of(ranks, *n, 0), w = rank_of(ranks, *n, 1);
+        OMT_CHECK(x < 0 || w < 0 || (x >= 3 && w == x), kModel, "'", source, "': ConvTranspose node '",
+                  node_label(*n, i), "' has X of rank ", x, " and W of rank ", w,
+                  "; X must be [N, C, spatial...] (rank 3 or more) and W [C, M/group, kernel...] of the same rank");
+        if (x < 0 || w < 0) {
+          n->set_domain("com.onnx-mirror.hidden");
+          hidden.push_back(i);
+        }
+        continue;
+      }
       if (n->op_type() != "Einsum" || !is_default_domain(n->domain())) continue;
       std::string equation;
       for (const auto& a : n->attribute())

@@ -24,5 +24,19 @@ TEST(OnnxFuzzFindings, GemmAtOpset6WithoutRank2ShapesIsRefusedBeforeTheConverter
   }
 }
 
+// Note [ConvTranspose shape inference]: ONNX's node test with W cut to rank 2 under a rank-3
+// X; its shape inference indexed a kernel size W does not have (SIGSEGV).
+TEST(OnnxFuzzFindings, ConvTransposeWithWOfAnotherRankIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_convtranspose_w_rank2.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "ConvTranspose node", "X of rank 3 and W of rank 2"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace omt
