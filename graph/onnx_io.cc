@@ -333,6 +333,44 @@ void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, con
   }
 }
 
+// Note [Shape-like inputs]: ONNX's shape inference gives Reshape, Expand, Slice and their kin
+// one output dimension (or one axis) per element of a 1-D shape-like input whose values it
+// cannot see, looping to the length the file declares: a declared length of 2^63 - 1 for
+// Slice's `starts` grew to 24 GB (found by tests/fuzz/fuzz_onnx). A tensor has far fewer
+// dimensions than kMaxShapeLength, so a longer declared shape-like input is a model error.
+constexpr int64_t kMaxShapeLength = 1024;
+
+void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& source) {
+  static const std::map<std::string, std::vector<int>> kShapeLike = {
+      {"Reshape", {1}}, {"Expand", {1}}, {"Tile", {1}}, {"ConstantOfShape", {0}}, {"Slice", {1, 2, 3, 4}},
+      {"Pad", {1, 3}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}}, {"Unsqueeze", {1}}, {"Squeeze", {1}},
+      {"ReduceSum", {1}}, {"ReduceMean", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
+      {"ReduceL1", {1}}, {"ReduceL2", {1}}, {"ReduceLogSum", {1}}, {"ReduceLogSumExp", {1}},
+      {"ReduceSumSquare", {1}}, {"Split", {1}}, {"TopK", {1}}, {"CenterCropPad", {1}}, {"Col2Im", {1, 2}}};
+  std::map<std::string, int64_t> lengths;  // declared 1-D values: name -> longest declared length
+  auto declare = [&](const onnx::ValueInfoProto& v) {
+    const auto& t = v.type();
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape() || t.tensor_type().shape().dim_size() != 1) return;
+    const auto& d = t.tensor_type().shape().dim(0);
+    if (d.has_dim_value()) lengths[v.name()] = std::max(lengths[v.name()], d.dim_value());
+  };
+  for (const auto& v : g.input()) declare(v);
+  for (const auto& v : g.output()) declare(v);
+  for (const auto& v : g.value_info()) declare(v);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    const auto op = kShapeLike.find(n.op_type());
+    if (op == kShapeLike.end() || !is_default_domain(n.domain())) continue;
+    for (int k : op->second) {
+      if (k >= n.input_size()) continue;
+      const auto it = lengths.find(n.input(k));
+      OMT_CHECK(it == lengths.end() || it->second <= kMaxShapeLength, kModel, "'", source, "': ", n.op_type(),
+                " node '", node_label(n, i), "' reads '", n.input(k), "', declared with ", it->second,
+                " elements, as a shape or axes; no tensor has more than ", kMaxShapeLength, " dimensions");
+    }
+  }
+}
+
 // Note [Exporter metadata]: PyTorch's dynamo exporter says what each initializer was in torch
 // on the value_info of the same name; other producers may use the TensorProto's own. Read
 // before the version converter, which rebuilds value infos without their metadata.
@@ -423,6 +461,7 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     OMT_FAIL(kModel, "'", source, "' fails ONNX's model checker: ", e.what());
   }
 
+  check_shape_like_inputs(proto.graph(), source);  // Note [Shape-like inputs]
   const int64_t original_opset = opset;
   auto metadata = initializer_metadata(proto.graph());
   // A model of only non-default domains (e.g. ai.onnx.preview.training) has nothing to convert.

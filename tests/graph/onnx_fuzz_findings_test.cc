@@ -38,5 +38,19 @@ TEST(OnnxFuzzFindings, ConvTransposeWithWOfAnotherRankIsAModelError) {
   }
 }
 
+// Note [Shape-like inputs]: ONNX's Slice node test with `starts` declared of length 2^63 - 1;
+// shape inference gave its output one dimension per element, growing to 24 GB.
+TEST(OnnxFuzzFindings, ShapeLikeInputOfImplausibleLengthIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/oom_slice_starts_length_int64_max.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "oom.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'oom.onnx'", "Slice node", "'starts'", "9223372036854775807 elements", "1024"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace omt
