@@ -338,6 +338,8 @@ void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, con
 // cannot see, looping to the length the file declares: a declared length of 2^63 - 1 for
 // Slice's `starts` grew to 24 GB (found by tests/fuzz/fuzz_onnx). A tensor has far fewer
 // dimensions than kMaxShapeLength, so a longer declared shape-like input is a model error.
+// So is an `axis` or `axes` attribute beyond it: shape inference narrows axes to int, and
+// LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing).
 constexpr int64_t kMaxShapeLength = 1024;
 
 void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& source) {
@@ -359,8 +361,18 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
   for (const auto& v : g.value_info()) declare(v);
   for (int i = 0; i < g.node_size(); ++i) {
     const auto& n = g.node(i);
+    if (!is_default_domain(n.domain())) continue;
+    for (const auto& a : n.attribute()) {
+      if (a.name() != "axis" && a.name() != "axes") continue;
+      std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+      if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
+      for (int64_t v : values)
+        OMT_CHECK(v >= -kMaxShapeLength && v < kMaxShapeLength, kModel, "'", source, "': ", n.op_type(), " node '",
+                  node_label(n, i), "' has ", a.name(), " ", v, "; no tensor has more than ", kMaxShapeLength,
+                  " dimensions");
+    }
     const auto op = kShapeLike.find(n.op_type());
-    if (op == kShapeLike.end() || !is_default_domain(n.domain())) continue;
+    if (op == kShapeLike.end()) continue;
     for (int k : op->second) {
       if (k >= n.input_size()) continue;
       const auto it = lengths.find(n.input(k));

@@ -52,5 +52,19 @@ TEST(OnnxFuzzFindings, ShapeLikeInputOfImplausibleLengthIsAModelError) {
   }
 }
 
+// Also Note [Shape-like inputs]: ONNX's LayerNormalization node test with axis 2^63 - 1 and a
+// Mean output; shape inference narrowed the axis to int (-1) and indexed with it (SIGSEGV).
+TEST(OnnxFuzzFindings, AxisBeyondAnyRankIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_layernorm_axis_int64_max.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "LayerNormalization node", "axis 9223372036854775807"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace omt
