@@ -339,7 +339,8 @@ void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, con
 // Slice's `starts` grew to 24 GB (found by tests/fuzz/fuzz_onnx). A tensor has far fewer
 // dimensions than kMaxShapeLength, so a longer declared shape-like input is a model error.
 // So is an `axis` or `axes` attribute beyond it: shape inference narrows axes to int, and
-// LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing).
+// LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing);
+// and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV).
 constexpr int64_t kMaxShapeLength = 1024;
 
 void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& source) {
@@ -352,7 +353,11 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
   std::map<std::string, int64_t> lengths;  // declared 1-D values: name -> longest declared length
   auto declare = [&](const onnx::ValueInfoProto& v) {
     const auto& t = v.type();
-    if (!t.has_tensor_type() || !t.tensor_type().has_shape() || t.tensor_type().shape().dim_size() != 1) return;
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return;
+    for (const auto& d : t.tensor_type().shape().dim())
+      OMT_CHECK(!d.has_dim_value() || d.dim_value() >= 0, kModel, "'", source, "': value '", v.name(),
+                "' is declared with the negative dimension ", d.dim_value());
+    if (t.tensor_type().shape().dim_size() != 1) return;
     const auto& d = t.tensor_type().shape().dim(0);
     if (d.has_dim_value()) lengths[v.name()] = std::max(lengths[v.name()], d.dim_value());
   };
@@ -363,6 +368,8 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
     const auto& n = g.node(i);
     if (!is_default_domain(n.domain())) continue;
     for (const auto& a : n.attribute()) {
+      OMT_CHECK(a.name() != "group" || a.type() != onnx::AttributeProto::INT || a.i() >= 1, kModel, "'", source,
+                "': ", n.op_type(), " node '", node_label(n, i), "' has group ", a.i(), "; it must be at least 1");
       if (a.name() != "axis" && a.name() != "axes") continue;
       std::vector<int64_t> values(a.ints().begin(), a.ints().end());
       if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());

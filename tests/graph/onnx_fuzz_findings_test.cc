@@ -66,5 +66,19 @@ TEST(OnnxFuzzFindings, AxisBeyondAnyRankIsAModelError) {
   }
 }
 
+// A Conv node test with group -2^63 and X declared with a dimension of -2^63; Conv's shape
+// inference read out of bounds (SIGSEGV). Found by the seeded 20-second CTest run.
+TEST(OnnxFuzzFindings, NegativeDeclaredDimensionIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_conv_group_and_dim_negative.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "value 'X'", "negative dimension -9223372036854775808"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace omt
