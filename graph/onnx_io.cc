@@ -340,7 +340,8 @@ void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, con
 // dimensions than kMaxShapeLength, so a longer declared shape-like input is a model error.
 // So is an `axis` or `axes` attribute beyond it: shape inference narrows axes to int, and
 // LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing);
-// and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV).
+// and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV);
+// and Split's num_outputs other than its outputs (2^40 of them were allocated).
 constexpr int64_t kMaxShapeLength = 1024;
 
 void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& source) {
@@ -370,6 +371,9 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
     for (const auto& a : n.attribute()) {
       OMT_CHECK(a.name() != "group" || a.type() != onnx::AttributeProto::INT || a.i() >= 1, kModel, "'", source,
                 "': ", n.op_type(), " node '", node_label(n, i), "' has group ", a.i(), "; it must be at least 1");
+      OMT_CHECK(a.name() != "num_outputs" || a.type() != onnx::AttributeProto::INT || a.i() == n.output_size(),
+                kModel, "'", source, "': ", n.op_type(), " node '", node_label(n, i), "' has num_outputs ", a.i(),
+                " but ", n.output_size(), " outputs");
       if (a.name() != "axis" && a.name() != "axes") continue;
       std::vector<int64_t> values(a.ints().begin(), a.ints().end());
       if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
@@ -540,20 +544,20 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     // nodes with an ellipsis in several operands are hidden from it in a private domain and
     // restored after; their output shapes are then found at run time.
     //
-    // Note [ConvTranspose shape inference]: its shape inference reads the kernel size from
-    // W's dimensions 2.. and indexes it by X's spatial axes, and W's dimension 1, so a W whose
-    // rank is not X's crashes it (SIGSEGV, found by tests/fuzz/fuzz_onnx). Where the file
+    // Note [ConvTranspose shape inference]: its shape inference (and Conv's) reads the kernel
+    // size from W's dimensions 2.. and indexes it by X's spatial axes, so a W whose rank is
+    // not X's crashes it (SIGSEGV, both found by tests/fuzz/fuzz_onnx). Where the file
     // declares both ranks they are checked here (a model error when they cannot be a
-    // ConvTranspose); where it does not, the node is hidden like such an Einsum.
+    // convolution); where it does not, the node is hidden like such an Einsum.
     const auto ranks = declared_ranks(proto.graph());
     std::vector<int> hidden;
     for (int i = 0; i < proto.graph().node_size(); ++i) {
       auto* n = proto.mutable_graph()->mutable_node(i);
-      if (n->op_type() == "ConvTranspose" && is_default_domain(n->domain())) {
+      if ((n->op_type() == "ConvTranspose" || n->op_type() == "Conv") && is_default_domain(n->domain())) {
         const int x = rank_of(ranks, *n, 0), w = rank_of(ranks, *n, 1);
-        OMT_CHECK(x < 0 || w < 0 || (x >= 3 && w == x), kModel, "'", source, "': ConvTranspose node '",
+        OMT_CHECK(x < 0 || w < 0 || (x >= 3 && w == x), kModel, "'", source, "': ", n->op_type(), " node '",
                   node_label(*n, i), "' has X of rank ", x, " and W of rank ", w,
-                  "; X must be [N, C, spatial...] (rank 3 or more) and W [C, M/group, kernel...] of the same rank");
+                  "; X must be [N, C, spatial...] (rank 3 or more) and W [channels, channels, kernel...] of the same rank");
         if (x < 0 || w < 0) {
           n->set_domain("com.onnx-mirror.hidden");
           hidden.push_back(i);

@@ -80,5 +80,32 @@ TEST(OnnxFuzzFindings, NegativeDeclaredDimensionIsAModelError) {
   }
 }
 
+// Note [ConvTranspose shape inference]: a test model whose Conv reads a rank-3 X with a rank-4
+// W; Conv's shape inference read out of bounds (SIGSEGV).
+TEST(OnnxFuzzFindings, ConvWithWOfAnotherRankIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_conv_x_rank3_w_rank4.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Conv node", "X of rank 3 and W of rank 4"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// ONNX's Split node test with num_outputs 2^40; shape inference allocated a vector that long.
+TEST(OnnxFuzzFindings, SplitNumOutputsOtherThanItsOutputsIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_split_num_outputs_2p40.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Split node", "num_outputs 1099511627776 but 3 outputs"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace omt
