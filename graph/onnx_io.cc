@@ -340,7 +340,8 @@ void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, con
 // dimensions than kMaxShapeLength, so a longer declared shape-like input is a model error.
 // So is an `axis` or `axes` attribute beyond it: shape inference narrows axes to int, and
 // LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing);
-// and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV);
+// and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV), or
+// Attention's kv_num_heads 0 (a division by zero);
 // and Split's num_outputs other than its outputs (2^40 of them were allocated).
 constexpr int64_t kMaxShapeLength = 1024;
 
@@ -369,8 +370,10 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
     const auto& n = g.node(i);
     if (!is_default_domain(n.domain())) continue;
     for (const auto& a : n.attribute()) {
-      OMT_CHECK(a.name() != "group" || a.type() != onnx::AttributeProto::INT || a.i() >= 1, kModel, "'", source,
-                "': ", n.op_type(), " node '", node_label(n, i), "' has group ", a.i(), "; it must be at least 1");
+      const bool count = a.name() == "group" || a.name() == "q_num_heads" || a.name() == "kv_num_heads" ||
+                         a.name() == "num_heads";
+      OMT_CHECK(!count || a.type() != onnx::AttributeProto::INT || a.i() >= 1, kModel, "'", source, "': ",
+                n.op_type(), " node '", node_label(n, i), "' has ", a.name(), " ", a.i(), "; it must be at least 1");
       OMT_CHECK(a.name() != "num_outputs" || a.type() != onnx::AttributeProto::INT || a.i() == n.output_size(),
                 kModel, "'", source, "': ", n.op_type(), " node '", node_label(n, i), "' has num_outputs ", a.i(),
                 " but ", n.output_size(), " outputs");

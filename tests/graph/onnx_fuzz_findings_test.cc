@@ -107,5 +107,18 @@ TEST(OnnxFuzzFindings, SplitNumOutputsOtherThanItsOutputsIsAModelError) {
   }
 }
 
+// ONNX's Attention node test with kv_num_heads 0; shape inference divided by it (SIGFPE).
+TEST(OnnxFuzzFindings, ZeroHeadCountIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_attention_kv_num_heads_0.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Attention node", "kv_num_heads 0"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace omt
