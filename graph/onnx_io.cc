@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <map>
@@ -284,6 +285,118 @@ std::set<std::string> strip_bn_saved_outputs(onnx::GraphProto* g, const std::str
   return training_nodes;
 }
 
+// The rank the file declares for each value (graph inputs, outputs, value_info,
+// initializers); -1 where a declaration has no shape or two declarations disagree.
+std::map<std::string, int> declared_ranks(const onnx::GraphProto& g) {
+  std::map<std::string, int> ranks;
+  auto declare = [&](const std::string& name, int rank) {
+    const auto [it, fresh] = ranks.emplace(name, rank);
+    if (!fresh && it->second != rank) it->second = -1;
+  };
+  auto declare_value = [&](const onnx::ValueInfoProto& v) {
+    const auto& t = v.type();
+    declare(v.name(), t.has_tensor_type() && t.tensor_type().has_shape() ? t.tensor_type().shape().dim_size() : -1);
+  };
+  for (const auto& v : g.input()) declare_value(v);
+  for (const auto& v : g.output()) declare_value(v);
+  for (const auto& v : g.value_info()) declare_value(v);
+  for (const auto& t : g.initializer()) declare(t.name(), t.dims_size());
+  return ranks;
+}
+
+int rank_of(const std::map<std::string, int>& ranks, const onnx::NodeProto& n, int input) {
+  if (input >= n.input_size()) return -1;
+  const auto it = ranks.find(n.input(input));
+  return it == ranks.end() ? -1 : it->second;
+}
+
+std::string node_label(const onnx::NodeProto& n, int index) {
+  return n.name().empty() ? str_cat(n.op_type(), "_", index) : n.name();
+}
+
+// Note [Converter preconditions]: ONNX's version converter trusts what its adapters read.
+// Gemm's 6 -> 7 adapter indexes the shapes of A and B as rank 2 (onnx/version_converter/
+// adapters/gemm_6_7.h) and crashes (SIGSEGV, found by tests/fuzz/fuzz_onnx) when the file
+// declares no shape or a lower rank for them. Such nodes are refused before it runs.
+void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, const std::string& source) {
+  if (opset >= 7) return;
+  const auto ranks = declared_ranks(g);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (n.op_type() != "Gemm" || !is_default_domain(n.domain())) continue;
+    for (int k = 0; k < 2; ++k) {
+      OMT_CHECK(rank_of(ranks, n, k) >= 2, kUnsupported, "'", source, "': Gemm node '", node_label(n, i),
+                "' at opset ", opset, " has input ", k ? "B" : "A", " '", k < n.input_size() ? n.input(k) : "",
+                "' without a declared rank-2 shape, which ONNX's converter to opset 7 needs. "
+                "Export with opset_version=", kCanonicalOpset, ".");
+    }
+  }
+}
+
+// Note [Shape-like inputs]: ONNX's shape inference gives Reshape, Expand, Slice and their kin
+// one output dimension (or one axis) per element of a 1-D shape-like input whose values it
+// cannot see, looping to the length the file declares: a declared length of 2^63 - 1 for
+// Slice's `starts` grew to 24 GB (found by tests/fuzz/fuzz_onnx). A tensor has far fewer
+// dimensions than kMaxShapeLength, so a longer declared shape-like input is a model error.
+// So is an `axis` or `axes` attribute beyond it: shape inference narrows axes to int, and
+// LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing);
+// and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV), or
+// Attention's kv_num_heads 0 (a division by zero);
+// and Split's num_outputs other than its outputs (2^40 of them were allocated).
+constexpr int64_t kMaxShapeLength = 1024;
+
+void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& source) {
+  static const std::map<std::string, std::vector<int>> kShapeLike = {
+      {"Reshape", {1}}, {"Expand", {1}}, {"Tile", {1}}, {"ConstantOfShape", {0}}, {"Slice", {1, 2, 3, 4}},
+      {"Pad", {1, 3}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}}, {"Unsqueeze", {1}}, {"Squeeze", {1}},
+      {"ReduceSum", {1}}, {"ReduceMean", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
+      {"ReduceL1", {1}}, {"ReduceL2", {1}}, {"ReduceLogSum", {1}}, {"ReduceLogSumExp", {1}},
+      {"ReduceSumSquare", {1}}, {"Split", {1}}, {"TopK", {1}}, {"CenterCropPad", {1}}, {"Col2Im", {1, 2}}};
+  std::map<std::string, int64_t> lengths;  // declared 1-D values: name -> longest declared length
+  auto declare = [&](const onnx::ValueInfoProto& v) {
+    const auto& t = v.type();
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return;
+    for (const auto& d : t.tensor_type().shape().dim())
+      OMT_CHECK(!d.has_dim_value() || d.dim_value() >= 0, kModel, "'", source, "': value '", v.name(),
+                "' is declared with the negative dimension ", d.dim_value());
+    if (t.tensor_type().shape().dim_size() != 1) return;
+    const auto& d = t.tensor_type().shape().dim(0);
+    if (d.has_dim_value()) lengths[v.name()] = std::max(lengths[v.name()], d.dim_value());
+  };
+  for (const auto& v : g.input()) declare(v);
+  for (const auto& v : g.output()) declare(v);
+  for (const auto& v : g.value_info()) declare(v);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (!is_default_domain(n.domain())) continue;
+    for (const auto& a : n.attribute()) {
+      const bool count = a.name() == "group" || a.name() == "q_num_heads" || a.name() == "kv_num_heads" ||
+                         a.name() == "num_heads";
+      OMT_CHECK(!count || a.type() != onnx::AttributeProto::INT || a.i() >= 1, kModel, "'", source, "': ",
+                n.op_type(), " node '", node_label(n, i), "' has ", a.name(), " ", a.i(), "; it must be at least 1");
+      OMT_CHECK(a.name() != "num_outputs" || a.type() != onnx::AttributeProto::INT || a.i() == n.output_size(),
+                kModel, "'", source, "': ", n.op_type(), " node '", node_label(n, i), "' has num_outputs ", a.i(),
+                " but ", n.output_size(), " outputs");
+      if (a.name() != "axis" && a.name() != "axes") continue;
+      std::vector<int64_t> values(a.ints().begin(), a.ints().end());
+      if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());
+      for (int64_t v : values)
+        OMT_CHECK(v >= -kMaxShapeLength && v < kMaxShapeLength, kModel, "'", source, "': ", n.op_type(), " node '",
+                  node_label(n, i), "' has ", a.name(), " ", v, "; no tensor has more than ", kMaxShapeLength,
+                  " dimensions");
+    }
+    const auto op = kShapeLike.find(n.op_type());
+    if (op == kShapeLike.end()) continue;
+    for (int k : op->second) {
+      if (k >= n.input_size()) continue;
+      const auto it = lengths.find(n.input(k));
+      OMT_CHECK(it == lengths.end() || it->second <= kMaxShapeLength, kModel, "'", source, "': ", n.op_type(),
+                " node '", node_label(n, i), "' reads '", n.input(k), "', declared with ", it->second,
+                " elements, as a shape or axes; no tensor has more than ", kMaxShapeLength, " dimensions");
+    }
+  }
+}
+
 // Note [Exporter metadata]: PyTorch's dynamo exporter says what each initializer was in torch
 // on the value_info of the same name; other producers may use the TensorProto's own. Read
 // before the version converter, which rebuilds value infos without their metadata.
@@ -374,6 +487,7 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     OMT_FAIL(kModel, "'", source, "' fails ONNX's model checker: ", e.what());
   }
 
+  check_shape_like_inputs(proto.graph(), source);  // Note [Shape-like inputs]
   const int64_t original_opset = opset;
   auto metadata = initializer_metadata(proto.graph());
   // A model of only non-default domains (e.g. ai.onnx.preview.training) has nothing to convert.
@@ -410,6 +524,7 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
                  "\nExport with opset_version=", kCanonicalOpset, " so the exporter writes them with older ops.");
       }
     }
+    check_converter_preconditions(proto.graph(), opset, source);  // Note [Converter preconditions]
     try {
       proto = onnx::version_conversion::ConvertVersion(proto, static_cast<int>(kCanonicalOpset));
     } catch (const std::exception& e) {
@@ -431,9 +546,27 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     // (SIGSEGV) when two operands' ellipses cover different numbers of dimensions. Einsum
     // nodes with an ellipsis in several operands are hidden from it in a private domain and
     // restored after; their output shapes are then found at run time.
+    //
+    // Note [ConvTranspose shape inference]: its shape inference (and Conv's) reads the kernel
+    // size from W's dimensions 2.. and indexes it by X's spatial axes, so a W whose rank is
+    // not X's crashes it (SIGSEGV, both found by tests/fuzz/fuzz_onnx). Where the file
+    // declares both ranks they are checked here (a model error when they cannot be a
+    // convolution); where it does not, the node is hidden like such an Einsum.
+    const auto ranks = declared_ranks(proto.graph());
     std::vector<int> hidden;
     for (int i = 0; i < proto.graph().node_size(); ++i) {
       auto* n = proto.mutable_graph()->mutable_node(i);
+      if ((n->op_type() == "ConvTranspose" || n->op_type() == "Conv") && is_default_domain(n->domain())) {
+        const int x = rank_of(ranks, *n, 0), w = rank_of(ranks, *n, 1);
+        OMT_CHECK(x < 0 || w < 0 || (x >= 3 && w == x), kModel, "'", source, "': ", n->op_type(), " node '",
+                  node_label(*n, i), "' has X of rank ", x, " and W of rank ", w,
+                  "; X must be [N, C, spatial...] (rank 3 or more) and W [channels, channels, kernel...] of the same rank");
+        if (x < 0 || w < 0) {
+          n->set_domain("com.onnx-mirror.hidden");
+          hidden.push_back(i);
+        }
+        continue;
+      }
       if (n->op_type() != "Einsum" || !is_default_domain(n->domain())) continue;
       std::string equation;
       for (const auto& a : n->attribute())

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package onnx-mirror needs to build, test and run its main job.
+# clang and libclang-rt-14-dev (libFuzzer, a "Recommends" that --no-install-recommends skips)
+# are for the fuzz targets of scripts/test-sanitize.sh; the ASan/UBSan build uses GCC's.
 # Idempotent; run as root (CI and the dev machines are root) or with sudo available.
 set -euo pipefail
 SUDO=""
@@ -13,6 +15,7 @@ pkgs=(
   nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev
   dataset-fashion-mnist
   redis-server
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

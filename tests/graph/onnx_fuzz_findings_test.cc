@@ -1,0 +1,124 @@
+// Inputs tests/fuzz/fuzz_onnx found crashing import, each now a clean error that says why.
+// The files live in the fuzz corpus (tests/fuzz/corpus/onnx/crash_*), which every build also
+// replays (fuzz_onnx_corpus).
+#include <gtest/gtest.h>
+
+#include "common/file_util.h"
+#include "graph/onnx_io.h"
+#include "tests/test_util.h"
+
+namespace omt {
+namespace {
+
+// Note [Converter preconditions] in graph/onnx_io.cc: the MLP test model with its opset set
+// to 6 and shapes mangled; ONNX's Gemm 6 -> 7 adapter indexed a missing shape (SIGSEGV).
+TEST(OnnxFuzzFindings, GemmAtOpset6WithoutRank2ShapesIsRefusedBeforeTheConverter) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_gemm_6_7_no_rank2_shape.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    for (const char* part : {"'crash.onnx'", "Gemm node", "at opset", "rank-2 shape", "opset_version=23"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Note [ConvTranspose shape inference]: ONNX's node test with W cut to rank 2 under a rank-3
+// X; its shape inference indexed a kernel size W does not have (SIGSEGV).
+TEST(OnnxFuzzFindings, ConvTransposeWithWOfAnotherRankIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_convtranspose_w_rank2.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "ConvTranspose node", "X of rank 3 and W of rank 2"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Note [Shape-like inputs]: ONNX's Slice node test with `starts` declared of length 2^63 - 1;
+// shape inference gave its output one dimension per element, growing to 24 GB.
+TEST(OnnxFuzzFindings, ShapeLikeInputOfImplausibleLengthIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/oom_slice_starts_length_int64_max.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "oom.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'oom.onnx'", "Slice node", "'starts'", "9223372036854775807 elements", "1024"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Also Note [Shape-like inputs]: ONNX's LayerNormalization node test with axis 2^63 - 1 and a
+// Mean output; shape inference narrowed the axis to int (-1) and indexed with it (SIGSEGV).
+TEST(OnnxFuzzFindings, AxisBeyondAnyRankIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_layernorm_axis_int64_max.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "LayerNormalization node", "axis 9223372036854775807"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// A Conv node test with group -2^63 and X declared with a dimension of -2^63; Conv's shape
+// inference read out of bounds (SIGSEGV). Found by the seeded 20-second CTest run.
+TEST(OnnxFuzzFindings, NegativeDeclaredDimensionIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_conv_group_and_dim_negative.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "value 'X'", "negative dimension -9223372036854775808"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Note [ConvTranspose shape inference]: a test model whose Conv reads a rank-3 X with a rank-4
+// W; Conv's shape inference read out of bounds (SIGSEGV).
+TEST(OnnxFuzzFindings, ConvWithWOfAnotherRankIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_conv_x_rank3_w_rank4.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Conv node", "X of rank 3 and W of rank 4"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// ONNX's Split node test with num_outputs 2^40; shape inference allocated a vector that long.
+TEST(OnnxFuzzFindings, SplitNumOutputsOtherThanItsOutputsIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_split_num_outputs_2p40.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Split node", "num_outputs 1099511627776 but 3 outputs"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// ONNX's Attention node test with kv_num_heads 0; shape inference divided by it (SIGFPE).
+TEST(OnnxFuzzFindings, ZeroHeadCountIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_attention_kv_num_heads_0.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Attention node", "kv_num_heads 0"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace omt
