@@ -26,23 +26,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VENV = os.environ.get("OMT_MODERN_VENV",
-                      os.path.join(os.path.expanduser("~"), ".cache", "onnx-mirror", "venv-modern"))
-PACKAGES = ["torch", "transformers", "onnx", "onnxscript", "numpy"]
-
-
-def ensure_venv():
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(os.path.join(VENV, ".omt-complete")):
-        os.makedirs(os.path.dirname(VENV), exist_ok=True)
-        if not os.path.exists(py):
-            subprocess.check_call(["/usr/bin/python3", "-m", "venv", VENV])
-        subprocess.check_call([py, "-m", "pip", "install", "--upgrade", "pip"])
-        subprocess.check_call([py, "-m", "pip", "install"] + PACKAGES)
-        open(os.path.join(VENV, ".omt-complete"), "w").close()
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import omt_venv  # noqa: E402
 
 
 def main():
@@ -121,5 +106,5 @@ def main():
 
 
 if __name__ == "__main__":
-    ensure_venv()
+    omt_venv.ensure(__file__, PACKAGES)
     sys.exit(main())

@@ -933,17 +933,24 @@ int MirroredTrainer::first_global_replica() const {
 
 MirroredStepResult MirroredTrainer::step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr,
                                          int64_t global_count) {
-  return step_micro({local}, global_samples, lr, global_count);
+  return run_step({&local}, global_samples, lr, global_count);
 }
 
 MirroredStepResult MirroredTrainer::step_micro(const std::vector<std::vector<ReplicaBatch>>& micro,
                                                int64_t global_samples, float lr, int64_t global_count) {
+  std::vector<const std::vector<ReplicaBatch>*> parts;
+  for (const auto& local : micro) parts.push_back(&local);
+  return run_step(parts, global_samples, lr, global_count);
+}
+
+MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector<ReplicaBatch>*>& micro,
+                                             int64_t global_samples, float lr, int64_t global_count) {
   Impl& m = *impl_;
   OMT_CHECK(!micro.empty(), kInvalidArgument, "a step needs at least one micro-batch");
   OMT_CHECK(micro.size() == 1 || !m.on_device, kUnsupported,
             "--accumulate runs on CPU replicas only so far; train on the CPU or without accumulation");
-  for (const auto& local : micro)
-    OMT_CHECK(static_cast<int>(local.size()) == m.R, kInvalidArgument, "step got ", local.size(),
+  for (const auto* local : micro)
+    OMT_CHECK(static_cast<int>(local->size()) == m.R, kInvalidArgument, "step got ", local->size(),
               " shards for ", m.R, " local replicas");
   OMT_CHECK(global_samples > 0, kInvalidArgument, "a global batch needs at least one sample");
   if (global_count < 0) global_count = global_samples;
@@ -960,8 +967,7 @@ MirroredStepResult MirroredTrainer::step_micro(const std::vector<std::vector<Rep
   }
   {
     std::lock_guard<std::mutex> lock(m.pool_mu);
-    m.micro.clear();
-    for (const auto& local : micro) m.micro.push_back(&local);
+    m.micro = micro;
     m.global_count = global_count;
     m.lr = lr;
     m.remaining.store(m.R - 1, std::memory_order_relaxed);

@@ -163,6 +163,9 @@ class MirroredTrainer {
   void write_trace(const std::string& path) const;
 
  private:
+  // step and step_micro: micro[k] is the local shards of micro-batch k.
+  MirroredStepResult run_step(const std::vector<const std::vector<ReplicaBatch>*>& micro, int64_t global_samples,
+                              float lr, int64_t global_count);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -77,4 +77,17 @@ CLI::Validator machine_count(bool zero_means_auto) {
   return count_in(zero_means_auto ? 0 : 1, 8 * cores);
 }
 
+std::map<std::string, std::string> parse_input_maps(const std::vector<std::string>& options) {
+  std::map<std::string, std::string> map;
+  for (const auto& m : options) {
+    const auto eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+      fail(onnx_mirror::ErrorKind::kInvalidArgument, "--input '", m,
+           "' is not INPUT=ARRAY (a model input, '=', an array of the data)");
+    if (!map.emplace(m.substr(0, eq), m.substr(eq + 1)).second)
+      fail(onnx_mirror::ErrorKind::kInvalidArgument, "--input names model input '", m.substr(0, eq), "' twice");
+  }
+  return map;
+}
+
 }  // namespace omt::tools

@@ -51,12 +51,7 @@ int run_eval(const EvalArgs& a) {
   o.class_axis = a.class_axis;
   o.ignore_index = a.ignore_index;
   o.shift_labels = a.shift_labels;
-  for (const auto& m : a.input_maps) {
-    const auto eq = m.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
-      throw Error(ErrorKind::kInvalidArgument, "--input '" + m + "' is not INPUT=ARRAY (a model input, '=', an array of the data)");
-    o.input_map[m.substr(0, eq)] = m.substr(eq + 1);
-  }
+  o.input_map = parse_input_maps(a.input_maps);
   const onnx_mirror::EvalResult r = model.evaluate(d, o);
   if (r.tokens) {  // the text of train's summary for token labels
     std::cout << std::fixed << std::setprecision(4) << d.source << ": " << r.samples << " samples, " << r.positions

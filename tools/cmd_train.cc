@@ -148,18 +148,7 @@ std::string shape_str(const onnx_mirror::Shape& shape) {
   return s + "]";
 }
 
-// --input INPUT=ARRAY options as a map; exit 2 for a malformed one.
-std::map<std::string, std::string> input_map(const TrainArgs& a) {
-  std::map<std::string, std::string> map;
-  for (const auto& m : a.input_maps) {
-    const auto eq = m.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
-      fail(ErrorKind::kInvalidArgument, "--input '", m, "' is not INPUT=ARRAY (a model input, '=', an array of the data)");
-    if (!map.emplace(m.substr(0, eq), m.substr(eq + 1)).second)
-      fail(ErrorKind::kInvalidArgument, "--input names model input '", m.substr(0, eq), "' twice");
-  }
-  return map;
-}
+std::map<std::string, std::string> input_map(const TrainArgs& a) { return parse_input_maps(a.input_maps); }
 
 // A batch for `grad`: every model input prepared from its array, and the labels.
 struct Data {

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "onnx_mirror/errors.h"
@@ -39,6 +40,10 @@ extern char** g_argv;
 
 // Sets the action of a subcommand (the callback returns the process exit code).
 void set_action(CLI::App* sub, std::function<int()> action);
+
+// --input INPUT=ARRAY options as a map from model input to data array; exit 2 for a malformed
+// or repeated one.
+std::map<std::string, std::string> parse_input_maps(const std::vector<std::string>& options);
 int run_selected(CLI::App& app);
 
 }  // namespace omt::tools

@@ -11,25 +11,10 @@ the last tenth of the file is the validation set). No labels: `--shift-labels` m
 Uses the venv of tests/reference/modern/make_modern.py ($HOME/.cache/onnx-mirror/venv-modern).
 """
 import os
-import subprocess
 import sys
 
-VENV = os.environ.get("OMT_MODERN_VENV",
-                      os.path.join(os.path.expanduser("~"), ".cache", "onnx-mirror", "venv-modern"))
-
-
-def ensure_venv():
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(os.path.join(VENV, ".omt-complete")):
-        os.makedirs(os.path.dirname(VENV), exist_ok=True)
-        if not os.path.exists(py):
-            subprocess.check_call(["/usr/bin/python3", "-m", "venv", VENV])
-        subprocess.check_call([py, "-m", "pip", "install", "--upgrade", "pip"])
-        subprocess.check_call([py, "-m", "pip", "install", "torch", "transformers", "onnx", "onnxscript", "numpy"])
-        open(os.path.join(VENV, ".omt-complete"), "w").close()
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
+import omt_venv  # noqa: E402
 
 
 def main(text_file, out):
@@ -67,5 +52,5 @@ def main(text_file, out):
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    ensure_venv()
+    omt_venv.ensure(__file__, ["torch", "transformers", "onnx", "onnxscript", "numpy"])
     main(sys.argv[1], sys.argv[2])

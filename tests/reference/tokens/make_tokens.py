@@ -5,7 +5,7 @@ Run by hand, never by the build or the tests (about a minute on 2 cores):
 
     /usr/bin/python3 tests/reference/tokens/make_tokens.py
 
-It uses (and on the first run creates) the venv of tests/reference/modern/make_modern.py,
+It uses (and on the first run creates, scripts/omt_venv.py) the venv of make_modern.py,
 $HOME/.cache/onnx-mirror/venv-modern (override with OMT_MODERN_VENV): PyPI's current torch,
 transformers, onnx, onnxruntime and onnxscript. It re-executes itself inside the venv.
 
@@ -37,28 +37,12 @@ tokens: the mirrored update equals this whole-batch one only if the loss is norm
 the global count.
 """
 import os
-import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 OUT = os.path.join(REPO, "tests", "data", "tokens")
-VENV = os.environ.get("OMT_MODERN_VENV",
-                      os.path.join(os.path.expanduser("~"), ".cache", "onnx-mirror", "venv-modern"))
-PACKAGES = ["torch", "torchvision", "transformers", "onnx", "onnxruntime", "onnxscript", "numpy"]
-
-
-def ensure_venv():
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(os.path.join(VENV, ".omt-complete")):
-        os.makedirs(os.path.dirname(VENV), exist_ok=True)
-        if not os.path.exists(py):
-            subprocess.check_call(["/usr/bin/python3", "-m", "venv", VENV])
-        subprocess.check_call([py, "-m", "pip", "install", "--upgrade", "pip"])
-        subprocess.check_call([py, "-m", "pip", "install"] + PACKAGES)
-        open(os.path.join(VENV, ".omt-complete"), "w").close()
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import omt_venv  # noqa: E402
 
 
 SEED = 1234
@@ -194,5 +178,5 @@ def main():
 
 
 if __name__ == "__main__":
-    ensure_venv()
+    omt_venv.ensure(__file__, PACKAGES)
     main()
