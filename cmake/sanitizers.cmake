@@ -4,7 +4,6 @@
 # instrumentation, and tests/fuzz builds libFuzzer binaries instead of corpus replays.
 option(OMT_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)
 option(OMT_FUZZ "Build the libFuzzer targets in tests/fuzz (clang; implies OMT_SANITIZE)" OFF)
-set(OMT_FUZZ_SECONDS 20 CACHE STRING "How long each fuzz target's CTest fuzzes")
 
 if(OMT_FUZZ AND NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   message(FATAL_ERROR "OMT_FUZZ needs clang (libFuzzer): configure with "

@@ -397,6 +397,116 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
   }
 }
 
+// Note [Data propagation budget]: ONNX's data propagation (which lets Reshape see the values
+// of Shape -> Gather -> Concat chains) represents the values of a 1-D tensor as one protobuf
+// dimension per element. For an input without known values it makes that many empty
+// dimensions from the tensor's static length, whatever its type: an Unsqueeze output declared
+// [2^63 - 1] allocated 31 million of them before the fuzzer's memory limit (tests/fuzz). And
+// the propagated values grow with the graph: each Concat of a value with itself doubles them.
+// So import first infers shapes without data propagation, then bounds what propagation would
+// allocate: each 1-D value that a propagating op (the schema says which) reads has at most
+// kMaxPropagatedLength static elements, and the values all such nodes read and write add up
+// to at most kMaxPropagatedTotal. Both are far above any shape computation (tens of
+// elements) and cost at most a few hundred MB. A length that only data propagation itself can
+// find (a ConstantOfShape of a Shape of a huge declared dimension) is not bounded here.
+constexpr int64_t kMaxPropagatedLength = int64_t{1} << 20;
+constexpr int64_t kMaxPropagatedTotal = int64_t{1} << 23;
+
+bool propagates_data(const onnx::NodeProto& n, int64_t opset) {
+  if (!is_default_domain(n.domain())) return false;
+  for (const int64_t version : {opset, kCanonicalOpset}) {
+    const auto* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(version));
+    if (schema != nullptr && schema->has_data_propagation_function()) return true;
+  }
+  return false;
+}
+
+class PropagationBudget {
+ public:
+  PropagationBudget(int64_t opset, const std::string& source) : opset_(opset), source_(source) {}
+
+  // Every value of `g` and of the graphs nested in its nodes: static 1-D lengths, then the
+  // bound on what each propagating node reads and writes.
+  void check(const onnx::GraphProto& g) {
+    for (const auto& v : g.input()) declare(v);
+    for (const auto& v : g.output()) declare(v);
+    for (const auto& v : g.value_info()) declare(v);
+    for (const auto& t : g.initializer()) {
+      int64_t n = 1;
+      for (int64_t d : t.dims()) n = d < 0 || (d > 0 && n > kMaxPropagatedTotal / d) ? kMaxPropagatedTotal + 1 : n * d;
+      if (t.dims_size() <= 1) length_[t.name()] = std::max(length_[t.name()], n);
+    }
+    for (int i = 0; i < g.node_size(); ++i) {
+      const auto& n = g.node(i);
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) check(a.g());
+        for (const auto& sub : a.graphs()) check(sub);
+      }
+      if (!propagates_data(n, opset_)) continue;
+      std::vector<int64_t> in;
+      for (const auto& name : n.input()) {
+        const int64_t len = length(name);
+        OMT_CHECK(len <= kMaxPropagatedLength, kModel, "'", source_, "': ", n.op_type(), " node '", node_label(n, i),
+                  "' reads '", name, "', a 1-D tensor of ", len, " elements (declared, or inferred from the graph); "
+                  "ONNX's shape inference would hold one dimension per element (Note [Data propagation budget]), so "
+                  "onnx-mirror takes 1-D tensors of at most ", kMaxPropagatedLength, " elements into ", n.op_type(),
+                  ". Check the model's shapes; a real tensor that long can be fed as 2-D");
+        in.push_back(len);
+        if (counted_.insert(name).second) total_ += len;
+      }
+      const int64_t out = output_length(n, in);
+      for (const auto& name : n.output()) {
+        length_[name] = std::max(length_[name], out);
+        total_ += out;
+      }
+      OMT_CHECK(total_ <= kMaxPropagatedTotal, kModel, "'", source_, "': ", n.op_type(), " node '", node_label(n, i),
+                "' brings the values ONNX's shape inference would propagate to ", total_, " elements (Note [Data "
+                "propagation budget]: at most ", kMaxPropagatedTotal, "); the graph's shape computation grows without "
+                "bound, as in a chain of Concats of a tensor with itself");
+    }
+  }
+
+ private:
+  void declare(const onnx::ValueInfoProto& v) {
+    const auto& t = v.type();
+    if (!t.has_tensor_type() || !t.tensor_type().has_shape()) return;
+    const auto& shape = t.tensor_type().shape();
+    if (shape.dim_size() == 0) length_[v.name()] = std::max<int64_t>(length_[v.name()], 1);
+    if (shape.dim_size() == 1 && shape.dim(0).has_dim_value())
+      length_[v.name()] = std::max(length_[v.name()], shape.dim(0).dim_value());
+    rank_[v.name()] = shape.dim_size();
+  }
+
+  int64_t length(const std::string& name) const {
+    const auto it = length_.find(name);
+    return it == length_.end() ? 0 : it->second;
+  }
+
+  // An upper bound on the propagated output of one node from the bounds on its inputs.
+  int64_t output_length(const onnx::NodeProto& n, const std::vector<int64_t>& in) const {
+    const auto at = [&](size_t k) { return k < in.size() ? in[k] : 0; };
+    const std::string& op = n.op_type();
+    if (op == "Size") return 1;
+    if (op == "Shape") {
+      const auto it = n.input_size() > 0 ? rank_.find(n.input(0)) : rank_.end();
+      return it == rank_.end() ? kMaxShapeLength : it->second;
+    }
+    if (op == "Cast" || op == "Squeeze" || op == "Unsqueeze" || op == "Slice") return at(0);
+    if (op == "Gather") return at(1);
+    if (op == "Add" || op == "Sub" || op == "Mul") return std::max(at(0), at(1));
+    int64_t sum = 0;  // Concat, and any op a later ONNX teaches to propagate
+    for (int64_t v : in) sum = std::min(sum + v, kMaxPropagatedTotal + 1);
+    return op == "Concat" ? sum : sum + kMaxShapeLength;
+  }
+
+  int64_t opset_;
+  const std::string& source_;
+  std::map<std::string, int64_t> length_;  // static 1-D length (1 for scalars)
+  std::map<std::string, int> rank_;
+  std::set<std::string> counted_;
+  int64_t total_ = 0;
+};
+
 // Note [Exporter metadata]: PyTorch's dynamo exporter says what each initializer was in torch
 // on the value_info of the same name; other producers may use the TensorProto's own. Read
 // before the version converter, which rebuilds value infos without their metadata.
@@ -591,8 +701,12 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
       onnx::ShapeInferenceOptions si;
       si.check_type = false;
       si.error_mode = 0;
+      onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), si);
+      PropagationBudget(opset, source).check(proto.graph());  // Note [Data propagation budget]
       si.enable_data_propagation = true;
       onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), si);
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       OMT_FAIL(kModel, "'", source, "': ONNX shape inference failed: ", e.what());
     }
