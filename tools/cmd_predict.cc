@@ -1,6 +1,7 @@
-// `predict MODEL.onnx --data SPEC [--output OUT.npz] [--replicas N]`: runs the model on a
-// data file (one array per graph input, by name) or a labelled data set (fashion-mnist, IDX),
-// split across N local replicas, and writes one array per graph output.
+// `predict MODEL.onnx --data SPEC [--output OUT.npz] [--replicas N] [--input INPUT=ARRAY]`:
+// runs the model on a data file (each graph input fed from the array of its name or the one
+// --input maps, as in train and eval) or a labelled data set (fashion-mnist, IDX), split
+// across N local replicas, and writes one array per graph output.
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -24,6 +25,7 @@ struct PredictArgs {
   int replicas = 1;
   int threads = 0;
   int64_t batch = 1000;
+  std::vector<std::string> input_maps;
 };
 
 bool is_labelled_spec(const std::string& spec) {
@@ -63,7 +65,12 @@ int run_predict(const PredictArgs& a) {
     feeds.emplace_back(inputs[0].name, model.prepare(d.features, onnx_mirror::Preprocess{}));
     labels = d.labels;
   } else {
-    feeds = onnx_mirror::read_arrays(a.data);
+    // Note [Inputs from arrays]: by name or --input, integer arrays converted, every input
+    // left without an array named at once; arrays no input reads (labels) are not fed.
+    onnx_mirror::Dataset d;
+    for (auto& [name, t] : onnx_mirror::read_arrays(a.data)) d.inputs.emplace(name, std::move(t));
+    onnx_mirror::Tensors bound = model.prepare_inputs(d, parse_input_maps(a.input_maps));
+    for (const auto& in : inputs) feeds.emplace_back(in.name, bound.at(in.name));
   }
   int64_t n = -1;
   for (const auto& [name, t] : feeds) n = t.rank() ? t.dim(0) : 1;
@@ -121,6 +128,7 @@ void register_predict(CLI::App& app) {
   sub->add_option("--threads", a->threads, "threads per replica (default: cores / replicas)")
       ->check(machine_count(true));
   sub->add_option("--batch", a->batch, "samples per run (0: all at once)");
+  sub->add_option("--input", a->input_maps, "INPUT=ARRAY: feed model input INPUT from data array ARRAY; repeatable");
   sub->add_option("--device", a->device, "cpu | cuda (GPU 0; every replica on it)");
   set_action(sub, [a] { return run_predict(*a); });
 }

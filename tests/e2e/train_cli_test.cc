@@ -226,6 +226,29 @@ TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
   }
 }
 
+// predict feeds inputs as train does (Note [Inputs from arrays]): by name or --input, arrays
+// no input reads (the labels) left out, every input without an array named at once.
+TEST(TrainCli, PredictBindsInputsByNameOrMapping) {
+  const std::string base = source_path("tests/data/tokens/bert");
+  test::TempDir dir;
+  const auto by_name = run_tool("predict " + base + "_cls.onnx --data " + base + "_data.npz --output " + dir.file("a.npz"));
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.output;
+  NamedTensors renamed = read_npz(base + "_data.npz");
+  renamed.set("ids", renamed.at("input_ids"));
+  renamed.erase("input_ids");
+  write_npz(dir.file("renamed.npz"), renamed);
+  const auto mapped = run_tool("predict " + base + "_cls.onnx --data " + dir.file("renamed.npz") +
+                               " --input input_ids=ids --replicas 2 --output " + dir.file("b.npz"));
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
+  const Tensor a = read_npz(dir.file("a.npz")).at("logits"), b = read_npz(dir.file("b.npz")).at("logits");
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_NEAR(a.value_as_double(i), b.value_as_double(i), 1e-6) << i;
+  const auto missing = run_tool("predict " + base + "_cls.onnx --data " + dir.file("renamed.npz"));
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("input_ids"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("ids"), std::string::npos) << missing.output;
+}
+
 // --accumulate K all-reduces each bucket once per step, not once per micro-batch: the trace
 // holds one reduction of bucket 0 per step.
 TEST(TrainCli, AccumulationReducesEachBucketOncePerStep) {
