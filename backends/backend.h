@@ -47,6 +47,12 @@ class KernelContext {
   virtual bool output_used(int i) const = 0;
   // Whether the run is a training step (Dropout, BatchNormalization consult it).
   virtual bool training() const { return false; }
+  // Note [Random streams]: the stream of random numbers this run draws (Dropout's masks are a
+  // function of the node's seed and this index, never of a generator's history), so a run
+  // resumed from a checkpoint draws what an uninterrupted one would. Stream 0 is the seed
+  // itself (ONNX's reference masks). Session::set_random_stream; by default a Session's n-th
+  // run draws stream n.
+  virtual uint64_t random_stream() const { return 0; }
 
   const Tensor& in(int i) const;  // required input: an absent one is a model error
 };

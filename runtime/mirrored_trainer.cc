@@ -532,6 +532,8 @@ struct MirroredTrainer::Impl {
       f.set(tg.loss_scale, Tensor::scalar<float>(static_cast<float>(static_cast<double>(n) / global_count)));
       for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
       for (const auto& s : plan.batchnorm_states) f.set(s, rep.state.at(s));
+      // Note [Dropout per replica]: the masks of (step, micro-batch), whatever ran before.
+      rep.backward->set_random_stream((static_cast<uint64_t>(steps) + 1) << 16 | static_cast<uint64_t>(k));
       NamedTensors out = rep.backward->run(f, &bw_hooks);
       if (on_device)
         rep.loss_value = out.at(tg.loss);  // downloaded once the update is enqueued

@@ -42,7 +42,9 @@ struct MirrorOptions {
   double clip_grad_norm = 0;
   // Note [Dropout per replica]: the seed of the replicas' dropout masks. Global replica g's
   // Dropout nodes draw from seeds derived from (seed, g, the node), so every replica draws
-  // its own masks and a run with the same seed and world draws the same ones.
+  // its own masks and a run with the same seed and world draws the same ones. Each step and
+  // micro-batch draws its own random stream (Note [Random streams] in backends/backend.h),
+  // so a run resumed at step s draws the masks of an uninterrupted one.
   uint64_t seed = 0;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};

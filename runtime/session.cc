@@ -36,6 +36,7 @@ struct Session::Plan {
     std::vector<bool> used;    // per output: read by a later step or a graph output
     std::vector<bool> host_input;  // per input: the kernel reads it on the host (device backends)
   };
+  uint64_t random_stream = 0;  // of the next run (Note [Random streams])
   std::shared_ptr<Backend> backend;
   // Note [Where values live] in session.h; all empty / false on a host-memory backend.
   bool device_memory = false;      // the backend's memory is not host memory
@@ -145,6 +146,7 @@ class StepContext : public KernelContext {
     }
     out_slot(i) = std::move(value);
   }
+  uint64_t random_stream() const override { return plan_.random_stream; }
   bool output_used(int i) const override { return i < num_outputs() && out_[i] >= 0 && used_[i]; }
 
  private:
@@ -374,7 +376,10 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   for (size_t s = 0; s < p.slots.size(); ++s)
     if (!p.is_constant[s]) retire(static_cast<int>(s));
   p.trim_pool();
+  ++p.random_stream;
   return out;
 }
+
+void Session::set_random_stream(uint64_t stream) { plan_->random_stream = stream; }
 
 }  // namespace omt

@@ -60,6 +60,10 @@ class Session {
   // (where they live: Note [Where values live]).
   NamedTensors run(const NamedTensors& feeds, const RunHooks* hooks = nullptr);
 
+  // The random stream of the next run (Note [Random streams] in backends/backend.h); each
+  // run then moves to the next stream. A new Session starts at stream 0.
+  void set_random_stream(uint64_t stream);
+
   // Makes the node that produces `value` write it into `buffer` (same dtype and element
   // count; e.g. a gradient's slot in a bucket buffer) instead of fresh memory. The buffer
   // must outlive the Session's runs; it should be in the backend's memory (see above).

@@ -1,6 +1,6 @@
 // Dropout (opset 13): identity with an all-true mask in inference; in training, zeroes each
 // element with probability `ratio` and scales survivors by 1/(1-ratio). The generator is a
-// Mersenne Twister seeded once per kernel from `seed` (default 0) that advances across runs
+// Mersenne Twister seeded per run from `seed` (default 0) and the run's random stream
 // (Note [Dropout RNG]).
 #include <cstring>
 #include <random>
@@ -11,13 +11,14 @@ namespace omt::cpu {
 namespace {
 
 // Note [Dropout RNG]: uniforms are drawn exactly as numpy's legacy RandomState(seed).uniform
-// does (MT19937 seeded with init_genrand, 53-bit doubles from two 32-bit draws), so the first
-// run with a given seed reproduces ONNX's reference masks. Later runs continue the stream, so
-// successive training steps get fresh masks.
+// does (MT19937 seeded with init_genrand, 53-bit doubles from two 32-bit draws), so a run of
+// random stream 0 reproduces ONNX's reference masks. A run of stream s > 0 seeds the
+// generator with a mix of the seed and s (Note [Random streams] in backends/backend.h), so
+// successive training steps get fresh masks, and a resumed run the masks it would have had.
 class DropoutKernel : public OpKernel {
  public:
   explicit DropoutKernel(const KernelInfo& info)
-      : info_(info), rng_(static_cast<uint32_t>(info.attr().get_int("seed", 0))) {}
+      : info_(info), seed_(static_cast<uint64_t>(info.attr().get_int("seed", 0))) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
@@ -46,6 +47,8 @@ class DropoutKernel : public OpKernel {
     OMT_CHECK(ratio > 0.0 && ratio <= 1.0, kModel, info_.where(), ": ratio must be in [0, 1], got ",
               ratio);
     Tensor& y = ctx.output(0, x.dtype(), x.shape());
+    const uint64_t stream = ctx.random_stream();
+    rng_.seed(static_cast<uint32_t>(stream == 0 ? seed_ : mix(seed_ ^ mix(stream))));
     bool* mask;
     if (want_mask) {
       mask = ctx.output(1, DType::kBool, x.shape()).data<bool>();
@@ -67,7 +70,15 @@ class DropoutKernel : public OpKernel {
   }
 
  private:
+  static uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  }
+
   KernelInfo info_;
+  uint64_t seed_;
   std::mt19937 rng_;
   std::vector<uint8_t> mask_buf_;  // the mask when the graph does not ask for it
 };

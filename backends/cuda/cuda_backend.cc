@@ -449,6 +449,7 @@ class StagingContext final : public KernelContext {
   }
   bool output_used(int i) const override { return base_.output_used(i); }
   bool training() const override { return base_.training(); }
+  uint64_t random_stream() const override { return base_.random_stream(); }
 
   // Downloads the outputs the Session holds in host memory.
   void finish() {

@@ -3,8 +3,8 @@
 // ratio 0; in training each element is dropped with probability `ratio` and survivors are
 // scaled by 1/(1-ratio). Note [CUDA dropout RNG]: uniforms come from counter-based Philox
 // (curand), key = the `seed` attribute (default 0), subsequence = the element's group of four,
-// offset advanced by four per run, so every run draws fresh, reproducible masks without any
-// generator state on the device. The masks differ from the CPU backend's Mersenne Twister.
+// offset four times the run's random stream (Note [Random streams] in backends/backend.h), so
+// every run draws fresh, reproducible masks without any generator state. The masks differ from the CPU backend's Mersenne Twister.
 #include <curand_kernel.h>
 
 #include "backends/cuda/cuda_kernels.cuh"
@@ -89,15 +89,13 @@ class DropoutKernel final : public CudaKernel {
     OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
       const T scale = m.ratio < 1.0 ? static_cast<T>(1.0 / (1.0 - m.ratio)) : T(0);
       dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, stream()>>>(
-          x.data<T>(), y.data<T>(), mask.data<bool>(), n, static_cast<float>(m.ratio), scale, seed_, offset_);
+          x.data<T>(), y.data<T>(), mask.data<bool>(), n, static_cast<float>(m.ratio), scale, seed_, 4 * ctx.random_stream());
       OMT_CUDA_CHECK_LAUNCH();
     });
-    offset_ += 4;
   }
 
  private:
   uint64_t seed_;
-  uint64_t offset_ = 0;  // Philox offset of the next run (Note [CUDA dropout RNG])
 };
 
 // DropoutGrad(dY, mask, ratio?, training_mode?) -> dX = dY * mask / (1 - ratio) in training,

@@ -277,5 +277,35 @@ TEST(MirroredTrainerDropout, EachReplicaDrawsItsOwnMasksFromTheSeed) {
   EXPECT_LT(zeros, 40);
 }
 
+// Note [Random streams]: each step draws fresh masks, and a trainer resumed at step 2 (as from
+// a checkpoint: parameters, state, steps done) draws at step 3 the masks an uninterrupted
+// trainer drew, so resume stays bit-identical with Dropout.
+TEST(MirroredTrainerDropout, ResumedTrainerDrawsTheMasksOfAnUninterruptedOne) {
+  TrainingSpec spec;
+  spec.loss = LossKind::kMse;
+  MirrorOptions mo;
+  mo.replicas = 2;
+  mo.seed = 11;
+  const test::LinearData d = test::linear_data(16, 3);
+  std::vector<ReplicaBatch> shards(2);
+  for (auto& s : shards) {
+    s.inputs.set("input", d.x);
+    s.labels = d.y;
+  }
+  MirroredTrainer whole(dropout_model(), spec, mo);
+  std::vector<Tensor> outputs;
+  for (int i = 0; i < 3; ++i) outputs.push_back(whole.step(shards, 32, 0.01f).outputs[0].at("output").clone());
+  EXPECT_FALSE(test::tensors_identical(outputs[1], outputs[2])) << "steps 2 and 3 drew the same mask";
+
+  MirroredTrainer first(dropout_model(), spec, mo);
+  for (int i = 0; i < 2; ++i) first.step(shards, 32, 0.01f);
+  MirroredTrainer resumed(dropout_model(), spec, mo);
+  resumed.load(first.parameters(), first.state(), first.steps_done());
+  const Tensor third = resumed.step(shards, 32, 0.01f).outputs[0].at("output");
+  EXPECT_TRUE(test::tensors_identical(third, outputs[2])) << "the resumed step drew another mask";
+  for (const auto& name : whole.parameters().names())
+    EXPECT_TRUE(test::tensors_identical(whole.parameters().at(name), resumed.parameters().at(name))) << name;
+}
+
 }  // namespace
 }  // namespace omt
