@@ -448,6 +448,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   MirrorOptions mirror = o.mirror;
   mirror.seed = o.seed;  // Note [Dropout per replica]
+  mirror.stop = o.stop;  // Note [Stopping together] in mirrored_trainer.h
   MirroredTrainer trainer(model, o.spec, mirror);
   const int world = trainer.world_size();
   if (leader && o.explain_buckets) {
@@ -581,7 +582,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       const SamplerPosition next = sampler.next({e, s});
       next_pos = next;
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(next);
-      if (o.stop && o.stop->load()) {
+      if (res.stop) {  // Note [Stopping together]: the same step on every process
         save(next);
         result.interrupted = true;
         stop = true;

@@ -1004,9 +1004,13 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
         packed.push_back(static_cast<float>(sum / m.R));
       }
     }
+  result.stop = m.opt.stop && m.opt.stop->load();
   if (m.opt.comm && m.opt.comm->size() > 1) {
     const float procs = static_cast<float>(m.opt.comm->size());
+    packed.push_back(result.stop ? 1.0f : 0.0f);  // Note [Stopping together]: any process's request
     m.process_allreduce(packed.data(), packed.size(), DType::kFloat32);
+    result.stop = packed.back() > 0;
+    packed.pop_back();
     for (size_t i = 1; i < packed.size(); ++i) packed[i] /= procs;
   }
   result.loss = packed[0];

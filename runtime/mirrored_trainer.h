@@ -9,6 +9,7 @@
 // only for that bucket (Note [Step schedule] in mirrored_trainer.cc).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -46,6 +47,11 @@ struct MirrorOptions {
   // micro-batch draws its own random stream (Note [Random streams] in backends/backend.h),
   // so a run resumed at step s draws the masks of an uninterrupted one.
   uint64_t seed = 0;
+  // Note [Stopping together]: set by a signal handler (SIGINT, SIGTERM) to ask for a stop.
+  // Each step's reduction across processes carries it, so MirroredStepResult::stop is the same
+  // on every process: all stop after the same step, and none waits in a collective for a
+  // process that left.
+  const std::atomic<bool>* stop = nullptr;
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
@@ -98,6 +104,9 @@ struct MirroredStepResult {
   std::vector<NamedTensors> outputs;  // the model's outputs, per local replica (host memory)
   std::vector<double> replica_loss;   // each local replica's share of the loss
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // with clip_grad_norm: the norm before clipping
+  // Some process's MirrorOptions::stop was set before this step's reduction: stop now
+  // (Note [Stopping together]).
+  bool stop = false;
   StepTiming timing;
 };
 

@@ -237,7 +237,16 @@ int run_grad(const TrainArgs& given) {
 }
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
+// The first SIGINT or SIGTERM asks fit to stop after the current step (every process after
+// the same one, Note [Stopping together] in runtime/mirrored_trainer.h), checkpoint and exit
+// 130; a second one ends the process at once, also with 130 (only async-signal-safe calls).
+extern "C" void on_stop_signal(int) {
+  if (!g_stop.exchange(true)) return;
+  static const char kMsg[] = "onnx-mirror-train: second interrupt, exiting without a checkpoint\n";
+  ssize_t ignored = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+  (void)ignored;
+  _exit(130);
+}
 
 const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};

@@ -164,6 +164,67 @@ TEST(TrainFiles, KillDuringCheckpointingLeavesNoTemporaryAfterResume) {
   }
 }
 
+// The pids of `pid`'s children (Linux: /proc/PID/task/PID/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+// Note [Stopping together] in runtime/mirrored_trainer.h: SIGTERM or SIGINT to any rank of
+// `--nproc 3` (the launcher, rank 0, or a child) stops every rank after the same step: the
+// launcher exits 130 saying so, a checkpoint is written, no rank ends by a signal or waits
+// for its timeout, and the run resumes from the checkpoint. Before, the signalled rank left
+// and the others aborted in Gloo (SIGABRT, "EnforceNotMet"). 6 trials: each signal to each
+// kind of rank, at a random moment.
+TEST(TrainSignals, SignalToAnyRankStopsEveryRankWithACheckpoint) {
+  test::TempDir dir;
+  const std::string data = write_slice(dir, "train.npz", 512);
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 6; ++trial) {
+    const std::string ck = dir.file("ck" + std::to_string(trial)), metrics = dir.file("run.jsonl");
+    fs::remove(metrics);
+    const std::string common = " train " + kMlp + " --data " + data + " --global-batch 48 --nproc 3 --timeout 30" +
+                               " --checkpoint-dir " + ck;
+    const pid_t launcher = start(test::tool_path() + common + " --epochs 1000 --metrics " + metrics, dir.file("log.txt"));
+    std::vector<pid_t> children;
+    for (int i = 0; i < 1500; ++i) {  // up to 30 s for both children and a few steps
+      children = children_of(launcher);
+      if (children.size() == 2 && file_exists(metrics) && read_file_bytes(metrics).size() > 600) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_EQ(children.size(), 2u) << read_file_bytes(dir.file("log.txt"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 200)(rng)));
+    const int sig = trial % 2 ? SIGINT : SIGTERM;
+    const pid_t target = trial / 2 == 0 ? launcher : children[static_cast<size_t>(trial / 2 - 1)];
+    const auto begin = std::chrono::steady_clock::now();
+    kill(target, sig);
+    int status = 0;
+    while (waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(25))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const bool ended = std::chrono::steady_clock::now() - begin < std::chrono::seconds(25);
+    if (!ended) {
+      for (pid_t c : children) kill(c, SIGKILL);
+      kill(launcher, SIGKILL);
+      waitpid(launcher, &status, 0);
+    }
+    const std::string log = read_file_bytes(dir.file("log.txt"));
+    const std::string what = str_cat("trial ", trial, ": signal ", sig, " to ", target == launcher ? "rank 0" : "a child");
+    ASSERT_TRUE(ended) << what << " hung:\n" << log;
+    ASSERT_TRUE(WIFEXITED(status)) << what << ": the launcher ended by signal " << WTERMSIG(status) << "\n" << log;
+    EXPECT_EQ(WEXITSTATUS(status), 130) << what << "\n" << log;
+    EXPECT_NE(log.find("interrupted at step"), std::string::npos) << what << "\n" << log;
+    EXPECT_EQ(log.find("EnforceNotMet"), std::string::npos) << what << "\n" << log;
+    EXPECT_EQ(log.find("signal"), std::string::npos) << what << "\n" << log;
+    for (pid_t c : children) EXPECT_FALSE(fs::exists("/proc/" + std::to_string(c))) << what << ": child " << c << " left";
+    ASSERT_TRUE(file_exists(ck + "/latest")) << what << "\n" << log;
+    const auto r = run_tool(common + " --steps 1 --resume " + ck);
+    EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.output;
+    EXPECT_NE(r.output.find("resumed from"), std::string::npos) << what << "\n" << r.output;
+  }
+}
+
 // Note [Thread budget]: the product of the counts is bounded too, before anything starts.
 TEST(TrainThreads, MoreThreadsThanTheMachineRunsExitTwo) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
