@@ -15,18 +15,52 @@
 #include "common/error.h"
 
 namespace omt {
+namespace {
 
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+// Note [Only regular files are read]: a FIFO, a device such as /dev/zero or a directory is
+// refused before a byte is read, so none can hang or flood a reader (models, external data,
+// checkpoints, data files alike); never more is read than the size at open.
 std::string read_file_bytes(const std::string& path, const char* what) {
+  // O_NONBLOCK: opening a FIFO without a writer must not block; fstat then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  OMT_CHECK(fd >= 0, kIo, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   struct stat st;
-  OMT_CHECK(::stat(path.c_str(), &st) == 0, kIo, "cannot open ", what, " '", path,
-            "': ", std::strerror(errno));
-  OMT_CHECK(!S_ISDIR(st.st_mode), kIo, "cannot read ", what, " '", path,
-            "': it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  OMT_CHECK(in.good(), kIo, "cannot open ", what, " '", path, "': ", std::strerror(errno));
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    OMT_FAIL(kIo, "cannot read ", what, " '", path, "': ", std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    OMT_FAIL(kIo, "cannot read ", what, " '", path, "': it is ", file_kind(st.st_mode),
+             ", not a regular file. Pass the file itself.");
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      OMT_FAIL(kIo, "reading ", what, " '", path, "' failed after ", done, " of ", out.size(),
+               " bytes: ", err ? std::strerror(err) : "the file shrank while being read");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return out;
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {

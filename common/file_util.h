@@ -6,7 +6,8 @@
 
 namespace omt {
 
-// Reads a whole file; kIo naming `what` and the path (and the OS reason) when it cannot.
+// Reads a whole regular file; kIo naming `what` and the path (and the OS reason) when it
+// cannot, or when it is a FIFO, a device or a directory (Note [Only regular files are read]).
 std::string read_file_bytes(const std::string& path, const char* what = "file");
 // Writes `bytes` to `path` atomically; kIo naming the path and the reason on failure.
 void write_file_atomic(const std::string& path, const std::string& bytes);

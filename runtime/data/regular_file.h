@@ -16,8 +16,8 @@ constexpr int64_t kMaxDeflateRatio = 1032;
 // True when `declared` bytes could come out of `compressed` bytes of deflate data.
 bool inflatable_size(uint64_t declared, uint64_t compressed);
 
-// The whole of a regular file. kIo naming `what` and the path when it is missing, unreadable
-// or not a regular file (FIFO, device, directory, socket).
+// The whole of a regular file: common/file_util.h's read_file_bytes (kIo naming `what` and the
+// path when it is missing, unreadable or not a regular file: FIFO, device, directory, socket).
 std::string read_regular_file(const std::string& path, const char* what);
 
 }  // namespace omt

@@ -6,6 +6,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -162,6 +163,27 @@ TEST(TrainFiles, KillDuringCheckpointingLeavesNoTemporaryAfterResume) {
     EXPECT_EQ(temporaries(ck), std::vector<std::string>{}) << "trial " << trial;
     fs::remove_all(ck);
   }
+}
+
+// Note [Only regular files are read] in common/file_util.cc: a model, a checkpoint or its
+// pointer that is a FIFO (no writer ever opens it) or a device is refused at once, exit 3-4,
+// where reading it used to block forever.
+TEST(TrainFiles, ModelAndCheckpointFifosAreRefusedWithoutHanging) {
+  test::TempDir dir;
+  const std::string fifo = dir.file("model.onnx");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto model = run_tool("inspect " + fifo);
+  EXPECT_NE(model.exit_code, 0) << model.output;
+  EXPECT_NE(model.output.find("a FIFO, not a regular file"), std::string::npos) << model.output;
+  const auto dev = run_tool("inspect /dev/zero");
+  EXPECT_NE(dev.exit_code, 0) << dev.output;
+  EXPECT_NE(dev.output.find("a character device"), std::string::npos) << dev.output;
+  fs::create_directory(dir.file("ck"));
+  ASSERT_EQ(mkfifo(dir.file("ck/latest").c_str(), 0600), 0);
+  const std::string data = write_slice(dir, "train.npz", 64);
+  const auto resume = run_tool("train " + kMlp + " --data " + data + " --steps 1 --resume " + dir.file("ck"));
+  EXPECT_NE(resume.exit_code, 0) << resume.output;
+  EXPECT_NE(resume.output.find("a FIFO"), std::string::npos) << resume.output;
 }
 
 // The pids of `pid`'s children (Linux: /proc/PID/task/PID/children).
