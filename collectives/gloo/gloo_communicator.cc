@@ -360,9 +360,12 @@ std::shared_ptr<Work> GlooCommunicator::barrier() {
 std::shared_ptr<Work> GlooCommunicator::enqueue(Op op) {
   std::lock_guard<std::mutex> lock(mu_);
   op.seq = next_seq_++;
+  // A wait that times out calls the roll call too (Note [Naming the missing peer]): every
+  // peer blocked on the same collective answers it, one stopped (SIGSTOP) or hung does not.
   op.work = std::make_shared<AsyncWork>(describe(op), [this] {
-    std::string lost = describe_lost_peers();
-    return lost.empty() ? std::string("All peers' connections are open.") : lost;
+    const RollCall call = roll_call("a collective did not finish within the timeout");
+    const std::string suspects = describe_suspects(call);
+    return suspects.empty() ? std::string("Every peer is connected and waiting too.") : suspects.substr(1);
   });
   queue_.push_back(op);
   cv_.notify_all();
@@ -455,7 +458,9 @@ void GlooCommunicator::execute(const Op& op) {
 // (its connection in the health context, which never carries data, is closed: the process
 // died or destroyed its communicator), or, when grace_ passes, "silent" (connected but
 // not reporting: stopped, hung, or busy outside collectives). Each collective gets
-// timeout - grace_ so the error, with names, still arrives within the timeout.
+// timeout - grace_ so the error, with names, still arrives within the timeout. A wait that
+// times out before its collective fails holds the same roll call, so a rank stopped with
+// SIGSTOP (connected, silent) is named by the ranks waiting for it.
 bool GlooCommunicator::peer_lost(int peer, std::string* why) {
   std::lock_guard<std::mutex> lock(probe_mu_);
   try {
@@ -492,16 +497,31 @@ std::string GlooCommunicator::diagnose(const Op& op, const std::string& cause,
     }
   }
   std::string first_line = cause.substr(0, cause.find('\n'));
+  const RollCall call = roll_call(first_line);
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.2f", elapsed);
+  std::string msg = describe(op) + " failed after " + secs + " s." + describe_suspects(call);
+  if (call.lost.empty() && call.silent.empty()) {
+    msg += " Every peer is alive and saw the failure too; the ranks probably issued "
+           "different collectives (kind, count, dtype or root), or the network failed.";
+  } else if (!call.reported.empty()) {
+    msg += std::string(" Rank") + (call.reported.size() == 1 ? " " : "s ") + rank_list(call.reported) +
+           (call.reported.size() == 1 ? " is" : " are") + " alive and saw the failure too.";
+  }
+  msg += " Gloo said on rank " + std::to_string(rank_) + ": " + first_line + ".";
+  msg += " This communicator is now unusable: restart the job (from its last checkpoint).";
+  return msg;
+}
+
+GlooCommunicator::RollCall GlooCommunicator::roll_call(const std::string& what) {
+  std::lock_guard<std::mutex> lock(roll_call_mu_);
   try {
-    store_->set(key("failed/" + std::to_string(rank_)),
-                std::vector<char>(first_line.begin(), first_line.end()));
+    store_->set(key("failed/" + std::to_string(rank_)), std::vector<char>(what.begin(), what.end()));
   } catch (const std::exception&) {
     // The store is gone too; classify with the connections alone.
   }
-
   enum class State { kUnknown, kReported, kLost };
   std::vector<State> state(size_, State::kUnknown);
-  std::vector<std::string> why(size_);
   state[rank_] = State::kReported;
   const auto until = Clock::now() + grace_;
   for (;;) {
@@ -513,54 +533,37 @@ std::string GlooCommunicator::diagnose(const Op& op, const std::string& cause,
         reported = store_->check({key("failed/" + std::to_string(peer))});
       } catch (const std::exception&) {
       }
-      if (reported) {
-        state[peer] = State::kReported;
-      } else if (peer_lost(peer, &why[peer])) {
-        state[peer] = State::kLost;
-      } else {
-        unknown = true;
-      }
+      if (reported) state[peer] = State::kReported;
+      else if (peer_lost(peer, nullptr)) state[peer] = State::kLost;
+      else unknown = true;
     }
     if (!unknown || Clock::now() >= until) break;
     std::this_thread::sleep_for(milliseconds(10));
   }
-
-  std::vector<int> lost, silent, reported;
+  RollCall call;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    if (state[peer] == State::kLost) lost.push_back(peer);
-    if (state[peer] == State::kUnknown) silent.push_back(peer);
-    if (state[peer] == State::kReported) reported.push_back(peer);
+    if (state[peer] == State::kLost) call.lost.push_back(peer);
+    if (state[peer] == State::kUnknown) call.silent.push_back(peer);
+    if (state[peer] == State::kReported) call.reported.push_back(peer);
   }
-  char secs[32];
-  std::snprintf(secs, sizeof(secs), "%.2f", elapsed);
-  std::string msg = describe(op) + " failed after " + secs + " s.";
-  for (int peer : lost) {
-    msg += " " + peer_name(peer) +
-           " lost its connection: the process died or closed its communicator.";
-  }
-  for (int peer : silent) {
-    char g[32];
-    std::snprintf(g, sizeof(g), "%.1f", std::chrono::duration<double>(grace_).count());
+  return call;
+}
+
+std::string GlooCommunicator::describe_suspects(const RollCall& call) const {
+  std::string msg;
+  for (int peer : call.lost)
+    msg += " " + peer_name(peer) + " lost its connection: the process died or closed its communicator.";
+  char g[32];
+  std::snprintf(g, sizeof(g), "%.1f", std::chrono::duration<double>(grace_).count());
+  for (int peer : call.silent)
     msg += " " + peer_name(peer) + " did not answer: still connected but silent for " + g +
            " s after the failure (stopped, hung, or busy outside collectives).";
-  }
-  if (lost.empty() && silent.empty()) {
-    msg += " Every peer is alive and saw the failure too; the ranks probably issued "
-           "different collectives (kind, count, dtype or root), or the network failed.";
-  } else if (!reported.empty()) {
-    msg += std::string(" Rank") + (reported.size() == 1 ? " " : "s ") + rank_list(reported) +
-           (reported.size() == 1 ? " is" : " are") + " alive and saw the failure too.";
-  }
-  msg += " Gloo said on rank " + std::to_string(rank_) + ": " + first_line + ".";
-  std::vector<int> suspects = lost;
-  suspects.insert(suspects.end(), silent.begin(), silent.end());
+  std::vector<int> suspects = call.lost;
+  suspects.insert(suspects.end(), call.silent.begin(), call.silent.end());
   std::sort(suspects.begin(), suspects.end());
-  if (!suspects.empty()) {
-    msg += std::string(" Check the log of rank") + (suspects.size() == 1 ? " " : "s ") +
-           rank_list(suspects) + ".";
-  }
-  msg += " This communicator is now unusable: restart the job (from its last checkpoint).";
+  if (!suspects.empty())
+    msg += std::string(" Check the log of rank") + (suspects.size() == 1 ? " " : "s ") + rank_list(suspects) + ".";
   return msg;
 }
 

@@ -70,6 +70,14 @@ class GlooCommunicator final : public Communicator {
   void execute(const Op& op);
   std::string diagnose(const Op& op, const std::string& cause,
                        std::chrono::steady_clock::time_point started);
+  // Note [Naming the missing peer]: writes this rank's roll-call key, then for up to grace_
+  // sorts the peers into those that reported, lost their connection, or stayed silent.
+  struct RollCall {
+    std::vector<int> reported, lost, silent;
+  };
+  RollCall roll_call(const std::string& what);
+  // " rank 1 (pid 77 on host a) lost its connection: ... did not answer ..." for a roll call.
+  std::string describe_suspects(const RollCall& call) const;
   // True when peer's connection in the health context is broken; `why` gets Gloo's text.
   bool peer_lost(int peer, std::string* why);
   std::string peer_name(int peer) const;
@@ -91,6 +99,7 @@ class GlooCommunicator final : public Communicator {
   std::vector<char> probe_bytes_;
   std::unique_ptr<gloo::transport::UnboundBuffer> probe_buffer_;
   std::mutex probe_mu_;
+  std::mutex roll_call_mu_;  // a timed-out wait and a failed collective may call it at once
   uint64_t probe_slot_ = 0;
 
   std::mutex mu_;

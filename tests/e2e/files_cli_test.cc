@@ -247,6 +247,48 @@ TEST(TrainSignals, SignalToAnyRankStopsEveryRankWithACheckpoint) {
   }
 }
 
+// Note [Naming the missing peer] in collectives/gloo: a rank stopped with SIGSTOP (still
+// connected, silent) is named by rank, pid and host by the ranks waiting for it, within the
+// timeout plus the launcher's 5 s grace; the launcher exits non-zero and reaps it. Before,
+// the message said only that every connection was open. One trial per child rank.
+TEST(TrainSignals, StoppedRankIsNamedWithinTheTimeout) {
+  test::TempDir dir;
+  const std::string data = write_slice(dir, "train.npz", 512);
+  for (int child = 0; child < 2; ++child) {
+    const std::string metrics = dir.file("run.jsonl");
+    fs::remove(metrics);
+    const pid_t launcher = start(test::tool_path() + " train " + kMlp + " --data " + data +
+                                     " --global-batch 48 --nproc 3 --timeout 4 --epochs 1000 --metrics " + metrics,
+                                 dir.file("log.txt"));
+    std::vector<pid_t> children;
+    for (int i = 0; i < 1500; ++i) {
+      children = children_of(launcher);
+      if (children.size() == 2 && file_exists(metrics) && read_file_bytes(metrics).size() > 600) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_EQ(children.size(), 2u) << read_file_bytes(dir.file("log.txt"));
+    const pid_t stopped = children[static_cast<size_t>(child)];
+    const auto begin = std::chrono::steady_clock::now();
+    kill(stopped, SIGSTOP);
+    int status = 0;
+    while (waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(30))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (took >= 30) {
+      for (pid_t c : children) kill(c, SIGKILL);
+      kill(launcher, SIGKILL);
+      waitpid(launcher, &status, 0);
+    }
+    const std::string log = read_file_bytes(dir.file("log.txt"));
+    ASSERT_LT(took, 4 + 10) << "child " << child << " stopped; took " << took << " s\n" << log;
+    ASSERT_TRUE(WIFEXITED(status)) << log;
+    EXPECT_NE(WEXITSTATUS(status), 0) << log;
+    EXPECT_NE(log.find("(pid " + std::to_string(stopped) + " on host"), std::string::npos) << log;
+    EXPECT_NE(log.find("did not answer"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(stopped))) << "the stopped rank was left behind";
+  }
+}
+
 // Note [Thread budget]: the product of the counts is bounded too, before anything starts.
 TEST(TrainThreads, MoreThreadsThanTheMachineRunsExitTwo) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
