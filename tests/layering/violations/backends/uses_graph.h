@@ -1,0 +1,3 @@
+// A fixture of check_layering.sh: a backend including graph/ and runtime/.
+#include "graph/ir.h"
+#include "runtime/session.h"
