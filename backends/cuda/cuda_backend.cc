@@ -17,7 +17,7 @@ namespace {
 std::string cuda_hint(cudaError_t err) {
   switch (err) {
     case cudaErrorMemoryAllocation:
-      return "the GPU is out of memory: reduce --batch-size or the number of replicas per GPU";
+      return "the GPU is out of memory: reduce --global-batch or the number of replicas per GPU";
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorInitializationError:
@@ -60,7 +60,7 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 
 void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
   const char* hint = st == CUBLAS_STATUS_ALLOC_FAILED
-                         ? "the GPU is out of memory: reduce --batch-size"
+                         ? "the GPU is out of memory: reduce --global-batch"
                          : st == CUBLAS_STATUS_NOT_INITIALIZED
                                ? "cuBLAS could not start: check that libcublas matches the driver"
                                : "a GEMM was called with arguments cuBLAS rejects (a bug in onnx-mirror)";
@@ -74,7 +74,7 @@ void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int
       st == CUDNN_STATUS_NOT_SUPPORTED
           ? "cuDNN has no algorithm for this configuration (dtype, layout, padding); try --device cpu"
           : st == CUDNN_STATUS_ALLOC_FAILED
-                ? "the GPU is out of memory: reduce --batch-size"
+                ? "the GPU is out of memory: reduce --global-batch"
                 : "check that libcudnn matches the toolkit the build used (shared/device/collect-libs.sh)";
   throw Error(st == CUDNN_STATUS_NOT_SUPPORTED ? ErrorKind::kUnsupported : ErrorKind::kInternal,
               str_cat("cuDNN error ", cudnnGetErrorString(st), " in ", call, " at ", file, ":", line,
@@ -163,7 +163,7 @@ std::shared_ptr<void> DeviceArena::allocate(size_t bytes) {
       OMT_FAIL(kInvalidArgument, "CUDA out of memory on device ", state_->device, ": a ", cls,
                "-byte block did not fit next to the ", reserved,
                " bytes this replica holds (cudaMalloc: ", cudaGetErrorString(err),
-               "). Reduce --batch-size or the number of replicas per GPU.");
+               "). Reduce --global-batch or the number of replicas per GPU.");
     }
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->all.push_back(p);
