@@ -14,7 +14,7 @@ pkgs=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev
   dataset-fashion-mnist
-  redis-server
+  redis-server iproute2
   clang libclang-rt-14-dev
 )
 missing=()
