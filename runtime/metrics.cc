@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
@@ -263,6 +264,12 @@ void MetricsWriter::write_step(const StepStats& s) {
 }
 
 double peak_resident_mb() {
+  // VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across execve, so a process
+  // started from a large one (a Python script that exported the model) reported the parent's
+  // peak. VmHWM belongs to this process's own address space.
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // kB
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return kNoValue;
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux: kilobytes

@@ -96,7 +96,8 @@ struct EpochStats {
   double peak_rss_mb = kNoValue;  // the process's peak resident memory so far (getrusage)
 };
 
-// The process's peak resident set size so far, in MiB (getrusage's ru_maxrss).
+// The process's peak resident set size so far, in MiB (VmHWM of /proc/self/status; getrusage's
+// ru_maxrss, which Linux carries across execve, only where /proc is missing).
 double peak_resident_mb();
 
 // One optimizer step. The overlap fields come from the trace when it is on: time in
