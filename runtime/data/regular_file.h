@@ -16,6 +16,11 @@ constexpr int64_t kMaxDeflateRatio = 1032;
 // True when `declared` bytes could come out of `compressed` bytes of deflate data.
 bool inflatable_size(uint64_t declared, uint64_t compressed);
 
+// An open descriptor (O_RDONLY, O_CLOEXEC) of a regular file, its size in `size`; the caller
+// closes it. kIo naming `what` and the path when it is missing, unreadable or not a regular
+// file (FIFO, device, directory, socket).
+int open_regular_file(const std::string& path, const char* what, int64_t& size);
+
 // The whole of a regular file. kIo naming `what` and the path when it is missing, unreadable
 // or not a regular file (FIFO, device, directory, socket).
 std::string read_regular_file(const std::string& path, const char* what);
