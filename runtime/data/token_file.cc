@@ -8,12 +8,27 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <set>
 
 #include "runtime/data/regular_file.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are little-endian; so is every supported host");
 
 namespace omt {
+namespace {
+
+// The base addresses of live token-file mappings: the id scan hands back the pages it read
+// from these (they stay in the page cache), and from nothing else.
+std::mutex g_mappings_mu;
+std::set<const void*> g_mappings;
+
+bool is_token_mapping(const void* p) {
+  std::lock_guard<std::mutex> lock(g_mappings_mu);
+  return g_mappings.count(p) != 0;
+}
+
+}  // namespace
 
 DType parse_token_dtype(const std::string& name) {
   if (name == "uint16") return DType::kUInt16;
@@ -54,7 +69,17 @@ Tensor map_token_file(const std::string& path, DType dtype, int64_t seq_len) {
   const int err = errno;
   ::close(fd);  // the mapping keeps the file
   OMT_CHECK(p != MAP_FAILED, kIo, "cannot map token file '", path, "' (", length, " bytes): ", std::strerror(err));
-  std::shared_ptr<void> owner(p, [length](void* q) { ::munmap(q, length); });
+  {
+    std::lock_guard<std::mutex> lock(g_mappings_mu);
+    g_mappings.insert(p);
+  }
+  std::shared_ptr<void> owner(p, [length](void* q) {
+    {
+      std::lock_guard<std::mutex> lock(g_mappings_mu);
+      g_mappings.erase(q);
+    }
+    ::munmap(q, length);
+  });
   return Tensor::wrap(dtype, {windows, seq_len}, p, std::move(owner));
 }
 
@@ -94,9 +119,25 @@ int64_t first_at_least(const T* ids, int64_t n, uint64_t limit) {
 }  // namespace
 
 int64_t first_token_at_least(const Tensor& windows, uint64_t limit) {
-  if (windows.dtype() == DType::kUInt16) return first_at_least(windows.data<uint16_t>(), windows.numel(), limit);
-  if (windows.dtype() == DType::kUInt32) return first_at_least(windows.data<uint32_t>(), windows.numel(), limit);
-  OMT_ASSERT(false, "token windows are uint16 or uint32, not ", windows.describe());
+  OMT_ASSERT(windows.dtype() == DType::kUInt16 || windows.dtype() == DType::kUInt32,
+             "token windows are uint16 or uint32, not ", windows.describe());
+  // In parts of 64 MiB: the pages of a mapped file are given back after each part
+  // (MADV_DONTNEED on a read-only private mapping drops them from this process only; the
+  // page cache keeps them), so the scan of a file larger than memory does not show as this
+  // process's memory.
+  constexpr int64_t kPartBytes = int64_t{64} << 20;
+  const int64_t width = static_cast<int64_t>(dtype_size(windows.dtype()));
+  const int64_t part = kPartBytes / width, n = windows.numel();
+  const bool mapped = is_token_mapping(windows.raw());
+  const char* base = static_cast<const char*>(windows.raw());
+  for (int64_t b = 0; b < n; b += part) {
+    const int64_t e = std::min(n, b + part);
+    const int64_t at = windows.dtype() == DType::kUInt16
+                           ? first_at_least(windows.data<uint16_t>() + b, e - b, limit)
+                           : first_at_least(windows.data<uint32_t>() + b, e - b, limit);
+    if (mapped) ::madvise(const_cast<char*>(base) + b * width, static_cast<size_t>((e - b) * width), MADV_DONTNEED);
+    if (at >= 0) return b + at;
+  }
   return -1;
 }
 

@@ -378,6 +378,32 @@ TEST(TrainCli, TokenFileTrainsAsTheNpzTokens) {
   EXPECT_NE(e_bin.output.find(scores), std::string::npos) << e_bin.output << "\nvs\n" << e_npz.output;
 }
 
+// Note [Token files]: a token file is mapped, never read whole into the process. A 512 MiB
+// file (sparse: ids 0) costs the run the sampler's permutation of its 22M windows (8 bytes
+// each, 171 MiB) and little else: the id scan before step 1 gives back the pages it read, and
+// steps touch only their windows. Reading the file in would add 512 MiB.
+TEST(TrainCli, TokenFileIsMappedNotRead) {
+  test::TempDir dir;
+  const std::string gpt2 = source_path("tests/data/tokens/gpt2_lm.onnx");
+  const std::string small = write_gpt2_tokens(dir, DType::kUInt16);
+  const std::string big = dir.file("big.bin");
+  {
+    std::ofstream f(big, std::ios::binary);
+    f.seekp((int64_t{512} << 20) - 1);
+    f.put('\0');
+  }
+  auto peak_mb = [&](const std::string& data) {
+    const auto r = run_tool("train " + gpt2 + " --data " + data + " --val " + small +
+                            " --seq-len 12 --shift-labels --global-batch 8 --steps 3");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto at = r.output.find("peak resident memory: ");
+    EXPECT_NE(at, std::string::npos) << r.output;
+    return at == std::string::npos ? 0.0 : std::stod(r.output.substr(at + 22));
+  };
+  const double base = peak_mb(small), mapped = peak_mb(big);
+  EXPECT_LT(mapped - base, 300) << "peak " << mapped << " MiB with the 512 MiB file, " << base << " MiB without";
+}
+
 // Note [Token files]: what is wrong with a token file or its options is named before step 1,
 // with exit 2 (5 for a file that is not a regular file, as for every data file).
 TEST(TrainCli, TokenFileErrorsNameTheProblem) {
