@@ -322,7 +322,7 @@ std::vector<double> step_losses(const std::string& jsonl_path) {
 // padded with token 0 and real tokens are 1..47, so --ignore-index 0 ignores exactly the
 // padding torch's reference ignored (labels -100 there): the losses match torch's
 // (tests/reference/tokens/make_tokens.py) on 1 and 2 replicas, and equal the npz path's,
-// shuffled with a seed too; uint32 ids train as uint16 ones; `eval` scores both the same.
+// shuffled with a seed too (1 and 2 replicas, 2 processes); uint32 ids train as uint16 ones; `eval` scores both the same.
 TEST(TrainCli, TokenFileTrainsAsTheNpzTokens) {
   test::TempDir dir;
   const std::string base = source_path("tests/data/tokens/gpt2");
@@ -363,6 +363,10 @@ TEST(TrainCli, TokenFileTrainsAsTheNpzTokens) {
   const std::vector<double> two = train(u16, " --seq-len 12 --replicas 2" + shuffled);
   ASSERT_EQ(two.size(), npz.size());
   for (size_t i = 0; i < two.size(); ++i) EXPECT_NEAR(two[i], npz[i], 1e-5 * std::fabs(npz[i])) << "step " << i + 1;
+  // Two processes each map the file and train their own windows of every batch.
+  const std::vector<double> procs = train(u16, " --seq-len 12 --nproc 2" + shuffled);
+  ASSERT_EQ(procs.size(), npz.size());
+  for (size_t i = 0; i < procs.size(); ++i) EXPECT_NEAR(procs[i], npz[i], 1e-5 * std::fabs(npz[i])) << "step " << i + 1;
   // A validation token file, and `eval` of one, score as the npz.
   const auto v = run_tool("train " + base + "_lm.onnx --data " + u16 + " --val " + u16 + " --seq-len 12" + lm +
                           " --global-batch 8 --steps 1 --output " + dir.file("trained.onnx"));
