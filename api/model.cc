@@ -12,6 +12,7 @@
 #include "graph/onnx_io.h"
 #include "graph/training.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/token_file.h"
 #include "runtime/fit.h"
 #include "runtime/metrics.h"
 #include "runtime/predictor.h"
@@ -200,19 +201,24 @@ EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOpti
   pre.scale = o.preprocess.scale;
   pre.mean = o.preprocess.mean;
   pre.std = o.preprocess.std;
-  const omt::NamedTensors inputs = omt::InputSources(bound, model->graph.inputs, pre).all();
+  // Gathered chunk by chunk as it is scored: a token file's windows are never prepared whole.
+  const omt::InputSources inputs(bound, model->graph.inputs, pre);
   const std::string what = "the labels of '" + data.source + "'";
-  omt::Tensor labels;
+  omt::LabelSource labels;
   if (regression) {
-    labels = omt::prepare_targets(given, *output, output->dtype == omt::DType::kUndefined ? omt::DType::kFloat32 : output->dtype,
-                                  what);
+    labels = omt::LabelSource(omt::prepare_targets(
+        given, *output, output->dtype == omt::DType::kUndefined ? omt::DType::kFloat32 : output->dtype, what));
+  } else if (data.token_file && !given.defined()) {  // Note [Token files]
+    omt::check_token_windows(data, model->graph, bound, *output, o.class_axis);
+    labels = omt::LabelSource::shifted(data.only_features(), o.ignore_index);
+    omt::prepare_class_labels(labels.rows(0, 1), *output, o.class_axis, o.ignore_index, what);
   } else {
     omt::Tensor y = given;
     if (o.shift_labels) y = omt::shift_labels(y.defined() ? y : omt::token_ids(data, bound), o.ignore_index, what);
-    labels = omt::prepare_class_labels(y, *output, o.class_axis, o.ignore_index, what);
+    labels = omt::LabelSource(omt::prepare_class_labels(y, *output, o.class_axis, o.ignore_index, what));
   }
   const int64_t rows = data.size();
-  OMT_CHECK(labels.dim(0) == rows, kInvalidArgument, what, " hold ", labels.dim(0), " samples but the inputs hold ", rows,
+  OMT_CHECK(labels.size() == rows, kInvalidArgument, what, " hold ", labels.size(), " samples but the inputs hold ", rows,
             "; both need the samples along dimension 0");
   omt::EvalTarget target;
   target.output = output->name;

@@ -5,6 +5,7 @@
 #include "api/internal.h"
 #include "onnx_mirror/data.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/token_file.h"
 #include "runtime/predictor.h"
 
 namespace onnx_mirror {
@@ -49,9 +50,9 @@ Tensor to_public(const omt::Tensor& t) {
   const auto dtype = static_cast<DType>(t.dtype());
   OMT_CHECK((dtype == DType::kFloat32 || dtype == DType::kUInt8 || dtype == DType::kInt8 ||
                  dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kBool ||
-                 dtype == DType::kFloat64),
+                 dtype == DType::kFloat64 || dtype == DType::kUInt16 || dtype == DType::kUInt32),
             kUnsupported, "a ", t.describe(), " array cannot cross the public API (it supports float32, "
-            "float64, uint8, int8, int32, int64 and bool). Cast it inside the model.");
+            "float64, uint8, int8, uint16, int32, uint32, int64 and bool). Cast it inside the model.");
   return Tensor::wrap(dtype, t.shape(), const_cast<void*>(t.raw()), std::make_shared<omt::Tensor>(t));
 }
 
@@ -123,6 +124,7 @@ omt::Dataset to_internal(const Dataset& d, const std::string& first_input) {
     for (const auto& [name, t] : d.inputs) out.features.set(name, to_internal(t));
   out.labels = to_internal(d.labels);
   out.label_name = d.label_name;
+  out.token_file = d.token_file;
   return out;
 }
 }  // namespace detail
@@ -146,6 +148,7 @@ Dataset Dataset::slice(int64_t begin, int64_t end) const {
   if (labels.defined()) d.labels = labels.slice_rows(begin, end);
   d.source = source;
   d.label_name = label_name;
+  d.token_file = token_file;
   return d;
 }
 
@@ -169,6 +172,17 @@ Dataset load_dataset(const std::string& spec, const std::string& labels_name, co
     d.labels = detail::to_public(labels);
     d.source = in.source;
     d.label_name = in.label_name;
+    return d;
+  });
+}
+
+Dataset load_token_file(const std::string& path, const std::string& dtype, int64_t seq_len) {
+  return detail::guarded([&] {
+    const omt::Dataset in = omt::load_token_file(path, omt::parse_token_dtype(dtype), seq_len);
+    Dataset d;
+    d.inputs["tokens"] = detail::to_public(in.features.at("tokens"));
+    d.source = in.source;
+    d.token_file = true;
     return d;
   });
 }

@@ -31,7 +31,7 @@ const char* file_kind(mode_t mode) {
 // Note [Only regular files are read]: a FIFO, a device such as /dev/zero or a directory is
 // refused before a byte is read, so none can hang or flood a reader (models, external data,
 // checkpoints, data files alike); never more is read than the size at open.
-std::string read_file_bytes(const std::string& path, const char* what) {
+int open_regular_file(const std::string& path, const char* what, int64_t& size) {
   // O_NONBLOCK: opening a FIFO without a writer must not block; fstat then refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   OMT_CHECK(fd >= 0, kIo, "cannot open ", what, " '", path, "': ", std::strerror(errno));
@@ -46,7 +46,14 @@ std::string read_file_bytes(const std::string& path, const char* what) {
     OMT_FAIL(kIo, "cannot read ", what, " '", path, "': it is ", file_kind(st.st_mode),
              ", not a regular file. Pass the file itself.");
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size = static_cast<int64_t>(st.st_size);
+  return fd;
+}
+
+std::string read_file_bytes(const std::string& path, const char* what) {
+  int64_t size = 0;
+  const int fd = open_regular_file(path, what, size);
+  std::string out(static_cast<size_t>(size), '\0');
   size_t done = 0;
   while (done < out.size()) {
     const ssize_t n = ::read(fd, out.data() + done, out.size() - done);

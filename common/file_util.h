@@ -2,6 +2,7 @@
 // an interrupted or failed write never leaves a half-written file under the final name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace omt {
@@ -9,6 +10,9 @@ namespace omt {
 // Reads a whole regular file; kIo naming `what` and the path (and the OS reason) when it
 // cannot, or when it is a FIFO, a device or a directory (Note [Only regular files are read]).
 std::string read_file_bytes(const std::string& path, const char* what = "file");
+// An open descriptor (O_RDONLY, O_CLOEXEC) of a regular file, its size in `size`; the caller
+// closes it. The same refusals as read_file_bytes.
+int open_regular_file(const std::string& path, const char* what, int64_t& size);
 // Writes `bytes` to `path` atomically; kIo naming the path and the reason on failure.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);

@@ -19,6 +19,7 @@
 #include "common/threads.h"
 #include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
+#include "runtime/data/token_file.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/report.h"
 #include "runtime/sampler.h"
@@ -56,7 +57,7 @@ struct PreparedStep {
 class BatchPrefetcher {
  public:
   // `count_labels`: class labels, whose positions holding `ignore_index` do not count.
-  BatchPrefetcher(const EpochSampler& sampler, const InputSources& x, const Tensor& y, bool count_labels,
+  BatchPrefetcher(const EpochSampler& sampler, const InputSources& x, const LabelSource& y, bool count_labels,
                   int64_t ignore_index, int local_replicas, int first_global_replica, bool on_replicas,
                   int accumulate = 1)
       : sampler_(sampler), x_(x), y_(y), count_labels_(count_labels), ignore_index_(ignore_index), accumulate_(accumulate),
@@ -96,7 +97,7 @@ class BatchPrefetcher {
     PreparedStep p;
     p.pos = pos;
     p.global_samples = gb.size();
-    p.global_count = count_labels_ ? counted_labels(y_, gb.indices, ignore_index_) : gb.size();
+    p.global_count = count_labels_ ? y_.counted(gb.indices, ignore_index_) : gb.size();
     p.micro.assign(static_cast<size_t>(accumulate_), std::vector<ReplicaBatch>(static_cast<size_t>(local_)));
     for (int r = 0; r < local_; ++r) {
       const auto shard = sampler_.shard(gb, first_ + r);
@@ -105,8 +106,8 @@ class BatchPrefetcher {
         std::vector<int64_t> rows(shard.begin() + static_cast<long>(len * k / accumulate_),
                                   shard.begin() + static_cast<long>(len * (k + 1) / accumulate_));
         ReplicaBatch& b = p.micro[k][r];
-        b.labels = gather_rows(y_, rows);
-        if (count_labels_) b.loss_count = counted_labels(y_, rows, ignore_index_);
+        b.labels = y_.gather(rows);
+        if (count_labels_) b.loss_count = y_.counted(rows, ignore_index_);
         if (on_replicas_)
           b.deferred = DeferredRows{&x_, std::move(rows)};
         else
@@ -147,7 +148,7 @@ class BatchPrefetcher {
 
   const EpochSampler& sampler_;
   const InputSources& x_;
-  const Tensor& y_;
+  const LabelSource& y_;
   const bool count_labels_;
   const int64_t ignore_index_;
   const int accumulate_;
@@ -308,22 +309,22 @@ EvalResult evaluate(const PredictFn& predict, const std::string& input_name, con
   return evaluate(predict, inputs, labels, chunk, target);
 }
 
-EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const Tensor& labels, int64_t chunk,
-                    const EvalTarget& target) {
-  OMT_CHECK(inputs.size() > 0, kInvalidArgument, "evaluate needs the model's inputs");
+namespace {
+
+// evaluate over n rows whose feeds and labels `rows_of(b, e)` gives chunk by chunk.
+using ChunkFn = std::function<std::pair<NamedTensors, Tensor>(int64_t begin, int64_t end)>;
+EvalResult evaluate_chunks(const PredictFn& predict, int64_t n, bool regression, int64_t label_rank, const ChunkFn& rows_of,
+                           int64_t chunk, const EvalTarget& target) {
   OMT_CHECK(chunk >= 1, kInvalidArgument, "the evaluation batch must be at least 1, got ", chunk);
   EvalResult r;
-  const int64_t n = inputs.at(inputs.names()[0]).dim(0);
-  r.regression = dtype_is_float(labels.dtype());
+  r.regression = regression;
   ClassScores scores;
   RegressionSums sums;
   for (int64_t b = 0; b < n; b += chunk) {
     const int64_t e = std::min(n, b + chunk);
-    NamedTensors feeds;
-    for (const auto& name : inputs.names()) feeds.set(name, n > chunk ? slice_rows(inputs.at(name), b, e) : inputs.at(name));
+    const auto [feeds, y] = rows_of(b, e);
     const NamedTensors out = predict(feeds);
     const Tensor& logits = out.at(target.output.empty() ? out.names()[0] : target.output);
-    const Tensor y = n > chunk ? slice_rows(labels, b, e) : labels;
     if (r.regression)
       sums.add(logits, y, target.loss == LossKind::kBceWithLogits);
     else
@@ -340,7 +341,7 @@ EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const 
     r.accuracy = NAN;
     return r;
   }
-  r.tokens = labels.rank() >= 2;
+  r.tokens = label_rank >= 2;
   if (!scores.scored || r.tokens) r.confusion = ConfusionMatrix();
   r.positions = scores.counted;
   r.loss = scores.scored && scores.counted ? scores.loss / static_cast<double>(scores.counted) : NAN;
@@ -349,7 +350,41 @@ EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const 
   return r;
 }
 
+}  // namespace
+
+EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const Tensor& labels, int64_t chunk,
+                    const EvalTarget& target) {
+  OMT_CHECK(inputs.size() > 0, kInvalidArgument, "evaluate needs the model's inputs");
+  const int64_t n = inputs.at(inputs.names()[0]).dim(0);
+  return evaluate_chunks(
+      predict, n, dtype_is_float(labels.dtype()), labels.rank(),
+      [&](int64_t b, int64_t e) {
+        NamedTensors feeds;
+        for (const auto& name : inputs.names())
+          feeds.set(name, n > chunk ? slice_rows(inputs.at(name), b, e) : inputs.at(name));
+        return std::make_pair(feeds, n > chunk ? slice_rows(labels, b, e) : labels);
+      },
+      chunk, target);
+}
+
+EvalResult evaluate(const PredictFn& predict, const InputSources& inputs, const LabelSource& labels, int64_t chunk,
+                    const EvalTarget& target) {
+  OMT_CHECK(!inputs.names().empty(), kInvalidArgument, "evaluate needs the model's inputs");
+  return evaluate_chunks(
+      predict, inputs.size(), dtype_is_float(labels.dtype()), labels.rank(),
+      [&](int64_t b, int64_t e) {
+        std::vector<int64_t> rows(static_cast<size_t>(e - b));
+        for (int64_t i = b; i < e; ++i) rows[static_cast<size_t>(i - b)] = i;
+        return std::make_pair(inputs.gather(rows), labels.gather(rows));
+      },
+      chunk, target);
+}
+
 namespace {
+
+PredictFn predict_with(Predictor& predictor) {
+  return [&predictor](const NamedTensors& feeds) { return predictor.run(feeds); };
+}
 
 // Note [Late outputs]: every file fit writes is checked before step 1 (Note [Outputs checked
 // before step 1] in common/file_util.h), but a disk can still fill or a folder vanish
@@ -426,22 +461,32 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   // are rows of these, whatever their trailing shape).
   const DType target_dtype = scored.dtype == DType::kUndefined ? DType::kFloat32 : scored.dtype;
   auto labels_of = [&](const Dataset& d, const NamedTensors& b) {
+    if (d.token_file && !d.labels.defined()) {  // Note [Token files]: shifted window by window
+      OMT_CHECK(o.shift_labels && class_labels, kInvalidArgument, "token file '", d.source,
+                "' holds token ids only: train a causal LM on it with --shift-labels (and a class loss, ",
+                "cross-entropy by default)");
+      check_token_windows(d, model->graph, b, scored, o.spec.class_axis);
+      LabelSource y = LabelSource::shifted(d.only_features(), o.spec.ignore_index);
+      prepare_class_labels(y.rows(0, 1), scored, o.spec.class_axis, o.spec.ignore_index, target_name(d));
+      return y;
+    }
     Tensor y = d.labels;
     if (o.shift_labels) y = shift_labels(y.defined() ? y : token_ids(d, b), o.spec.ignore_index, target_name(d));
     OMT_CHECK(y.defined(), kInvalidArgument, "'", d.source, "' has no labels (no array '",
               d.label_name.empty() ? "labels" : d.label_name, "'); name the label array with --labels",
               class_labels ? ", or pass --shift-labels to train a causal LM on its token ids" : "");
-    if (regression) return prepare_targets(y, scored, target_dtype, target_name(d));
-    if (!class_labels) return y;
+    if (regression) return LabelSource(prepare_targets(y, scored, target_dtype, target_name(d)));
+    if (!class_labels) return LabelSource(y);
     if (!o.shift_labels) check_class_targets(d, loss);
-    return prepare_class_labels(y, scored, o.spec.class_axis, o.spec.ignore_index, target_name(d));
+    return LabelSource(prepare_class_labels(y, scored, o.spec.class_axis, o.spec.ignore_index, target_name(d)));
   };
-  const Tensor y = labels_of(train, bound);
-  NamedTensors xv;
-  Tensor yv;
+  const LabelSource y = labels_of(train, bound);
+  // Validation data is gathered chunk by chunk as it is scored, as training data is.
+  std::unique_ptr<InputSources> xv;
+  LabelSource yv;
   if (val) {
     const NamedTensors val_bound = bind_inputs(*val, inputs, o.inputs);
-    xv = InputSources(val_bound, inputs, o.preprocess).all();
+    xv = std::make_unique<InputSources>(val_bound, inputs, o.preprocess);
     yv = labels_of(*val, val_bound);
   }
   const bool tokens = class_labels && y.rank() >= 2;
@@ -457,7 +502,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     log << trainer.plan().buckets.explain(names);
   }
   EpochSampler sampler(x.size(), o.global_batch, world, o.seed, o.shuffle);
-  OMT_CHECK(!class_labels || counted_labels(y, o.spec.ignore_index) > 0, kInvalidArgument, "every label of '",
+  OMT_CHECK(!class_labels || y.counted(o.spec.ignore_index) > 0, kInvalidArgument, "every label of '",
             train.source, "' is the ignore index ", o.spec.ignore_index, " (--ignore-index): nothing to train on");
   const int64_t spe = sampler.steps_per_epoch();
   const int64_t total = o.max_steps > 0 ? o.max_steps : o.epochs * spe;
@@ -623,7 +668,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
     es.val_loss = es.val_accuracy = NAN;
     if (leader && val && !stop) {
       Predictor predictor(std::make_shared<const Model>(trainer.trained_model()), trainer.local_replicas(), o.mirror.session);
-      const EvalResult ev = evaluate(predictor, xv, yv, eval_batch, eval_target);
+      const EvalResult ev = evaluate(predict_with(predictor), *xv, yv, eval_batch, eval_target);
       es.val_loss = ev.loss;
       es.val_accuracy = ev.accuracy;
       es.val_mae = ev.mae;
@@ -671,8 +716,8 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
 
   if (leader) {
     Predictor predictor(std::make_shared<const Model>(result.trained), trainer.local_replicas(), o.mirror.session);
-    result.final_eval = val ? evaluate(predictor, xv, yv, eval_batch, eval_target)
-                            : evaluate(predictor, x.all(), y, eval_batch, eval_target);
+    result.final_eval = val ? evaluate(predict_with(predictor), *xv, yv, eval_batch, eval_target)
+                            : evaluate(predict_with(predictor), x, y, eval_batch, eval_target);
   }
   if (leader && o.compare_single && !result.interrupted) {
     MirrorOptions single = o.mirror;
@@ -688,7 +733,7 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
       const GlobalBatch gb = s1.batch(0, s);
       std::vector<ReplicaBatch> shard(1);
       shard[0].inputs = x.gather(gb.indices);
-      shard[0].labels = gather_rows(y, gb.indices);
+      shard[0].labels = y.gather(gb.indices);
       if (class_labels) shard[0].loss_count = counted_labels(shard[0].labels, o.spec.ignore_index);
       if (shard[0].weight() == 0) continue;
       const MirroredStepResult res = one.step(shard, gb.size(), o.lr, shard[0].weight());

@@ -56,6 +56,10 @@ EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const 
                     const EvalTarget& target = {});
 EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
                     const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
+// The same over rows gathered chunk by chunk (Note [Token files]: a token file's windows and
+// their shifted labels are never prepared whole).
+EvalResult evaluate(const PredictFn& predict, const InputSources& inputs, const LabelSource& labels, int64_t chunk,
+                    const EvalTarget& target = {});
 // The same with a Predictor.
 EvalResult evaluate(Predictor& predictor, const NamedTensors& inputs, const Tensor& labels, int64_t chunk = 1000,
                     const EvalTarget& target = {});

@@ -77,6 +77,32 @@ CLI::Validator machine_count(bool zero_means_auto) {
   return count_in(zero_means_auto ? 0 : 1, 8 * cores);
 }
 
+void add_token_options(CLI::App* sub, TokenArgs& a) {
+  sub->add_option("--seq-len", a.seq_len,
+                  "token files (.bin): tokens per window, one window per sample (at least 2; the model's sequence "
+                  "length)")
+      ->check(count_in(0, int64_t{1} << 40));
+  sub->add_option("--token-dtype", a.dtype, "token files (.bin): uint16 (default, nanoGPT's) | uint32")
+      ->check(CLI::IsMember({"uint16", "uint32"}));
+}
+
+bool is_token_file(const std::string& spec) {
+  return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".bin") == 0;
+}
+
+onnx_mirror::Dataset load_data(const std::string& spec, const std::string& labels, const TokenArgs& tokens) {
+  if (!is_token_file(spec)) {
+    if (tokens.seq_len > 0)
+      fail(onnx_mirror::ErrorKind::kInvalidArgument, "--seq-len applies to token files (a name ending in .bin), but '",
+           spec, "' is not one; its arrays already have their length");
+    return onnx_mirror::load_dataset(spec, labels);
+  }
+  if (tokens.seq_len == 0)
+    fail(onnx_mirror::ErrorKind::kInvalidArgument, "token file '", spec,
+         "' needs --seq-len T: the tokens per window (one window per sample, at least 2; the model's sequence length)");
+  return onnx_mirror::load_token_file(spec, tokens.dtype, tokens.seq_len);
+}
+
 std::map<std::string, std::string> parse_input_maps(const std::vector<std::string>& options) {
   std::map<std::string, std::string> map;
   for (const auto& m : options) {

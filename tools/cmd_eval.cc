@@ -19,6 +19,7 @@ struct EvalArgs {
   int64_t ignore_index = -100, batch = 1000;
   int class_axis = -1;
   bool shift_labels = false;
+  TokenArgs tokens;  // --seq-len, --token-dtype
   int replicas = 1, threads = 0;
   bool no_scale = false;
   float mean = 0.0f, std = 1.0f;
@@ -34,7 +35,7 @@ int run_eval(const EvalArgs& a) {
   lazy.build_kernels = false;
   lazy.device = a.device;  // checked now, before the data loads
   onnx_mirror::Model model = onnx_mirror::Model::load(a.model, lazy);
-  const onnx_mirror::Dataset d = onnx_mirror::load_dataset(a.data, a.labels);
+  const onnx_mirror::Dataset d = load_data(a.data, a.labels, a.tokens);
   if (!d.labels.defined() && !a.shift_labels)
     throw Error(ErrorKind::kInvalidArgument, "'" + a.data + "' has no labels ('" + a.labels +
                                                  "'); name them with --labels, or pass --shift-labels for a causal LM");
@@ -81,7 +82,10 @@ void register_eval(CLI::App& app) {
                                          "or mse and mae of a regression");
   auto a = std::make_shared<EvalArgs>();
   sub->add_option("model", a->model, "ONNX model file")->required();
-  sub->add_option("--data", a->data, "fashion-mnist[:test|:train], IMAGES,LABELS IDX files, or DATA.npz");
+  sub->add_option("--data", a->data,
+                  "fashion-mnist[:test|:train], IMAGES,LABELS IDX files, DATA.npz, or TOKENS.bin (with --seq-len and "
+                  "--shift-labels)");
+  add_token_options(sub, a->tokens);
   sub->add_option("--labels", a->labels, "label array name in an .npz (integers: classes; floats: regression targets)");
   sub->add_option("--loss", a->loss, "for a regression, the loss to report besides mse and mae: l1 | bce_with_logits");
   sub->add_option("--model-output", a->model_output, "the output scored (default: the first)");

@@ -62,6 +62,7 @@ struct TrainArgs {
   int64_t checkpoint_every = 0, check_every = 0;
   int keep_checkpoints = 3;
   std::string command_line;
+  TokenArgs tokens;  // --seq-len, --token-dtype
 };
 
 void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
@@ -461,13 +462,13 @@ int run_train(const TrainArgs& a, char** argv) {
   onnx_mirror::Model model = load_for_training(a.model);
   if (leader)
     for (const auto& note : model.export_notes()) std::cerr << "warning: " << a.model << ": " << note << "\n";
-  const onnx_mirror::Dataset train = onnx_mirror::load_dataset(a.data, a.labels);
+  const onnx_mirror::Dataset train = load_data(a.data, a.labels, a.tokens);
   options.loss = resolve_loss(a, model, train.labels, train.source);
   if (leader && a.loss.empty() && train.has_float_targets())
     std::cout << "regression: float targets '" << a.labels << "' " << train.labels.describe()
               << ": loss mse, the default for float targets (or pass --loss l1, bce_with_logits)\n";
   std::unique_ptr<onnx_mirror::Dataset> val;
-  if (!a.val.empty()) val = std::make_unique<onnx_mirror::Dataset>(onnx_mirror::load_dataset(a.val, a.labels));
+  if (!a.val.empty()) val = std::make_unique<onnx_mirror::Dataset>(load_data(a.val, a.labels, a.tokens));
   else if (a.data == "fashion-mnist" || a.data == "fashion-mnist:train")
     val = std::make_unique<onnx_mirror::Dataset>(onnx_mirror::load_dataset("fashion-mnist:test"));
   if (a.data.rfind("fashion-mnist", 0) == 0) config.class_names = kFashionMnistClasses;
@@ -510,8 +511,12 @@ void register_train(CLI::App& app) {
     auto* sub = app.add_subcommand("train", "Train a model data-parallel and write the trained ONNX model");
     auto a = std::make_shared<TrainArgs>();
     add_model_options(sub, *a, true);
-    sub->add_option("--data", a->data, "fashion-mnist[:train], IMAGES,LABELS IDX files, or DATA.npz (features + labels)")->required();
+    sub->add_option("--data", a->data,
+                    "fashion-mnist[:train], IMAGES,LABELS IDX files, DATA.npz (features + labels), or TOKENS.bin "
+                    "(a token file: with --seq-len and --shift-labels)")
+        ->required();
     sub->add_option("--val", a->val, "validation data (default for fashion-mnist: its test split)");
+    add_token_options(sub, a->tokens);
     sub->add_option("--epochs", a->epochs, "passes over the data")->check(count_in(1, int64_t{1} << 40));
     sub->add_option("--steps", a->steps, "stop after this many optimizer steps (overrides --epochs)")
         ->check(count_in(0, int64_t{1} << 40));

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "onnx_mirror/data.h"
 #include "onnx_mirror/errors.h"
 
 namespace omt::tools {
@@ -44,6 +45,18 @@ void set_action(CLI::App* sub, std::function<int()> action);
 // --input INPUT=ARRAY options as a map from model input to data array; exit 2 for a malformed
 // or repeated one.
 std::map<std::string, std::string> parse_input_maps(const std::vector<std::string>& options);
+// Token files (train, eval): a --data or --val whose name ends in .bin is nanoGPT's flat file
+// of token ids, cut into windows of --seq-len tokens (Note [Token files]).
+struct TokenArgs {
+  int64_t seq_len = 0;  // 0: not given
+  std::string dtype = "uint16";
+};
+void add_token_options(CLI::App* sub, TokenArgs& a);
+bool is_token_file(const std::string& spec);
+// SPEC as onnx_mirror::load_dataset reads it, or a token file as load_token_file maps it.
+// Exit 2 for a token file without --seq-len, and for --seq-len with data of another kind.
+onnx_mirror::Dataset load_data(const std::string& spec, const std::string& labels, const TokenArgs& tokens);
+
 int run_selected(CLI::App& app);
 
 }  // namespace omt::tools

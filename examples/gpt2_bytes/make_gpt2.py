@@ -8,6 +8,8 @@ Writes OUT_DIR/gpt2.onnx: transformers' GPT2LMHeadModel (vocab 256 = one token p
 torch's default (dynamo) exporter, batch dimension symbolic; and OUT_DIR/train.npz and
 OUT_DIR/val.npz: the file's bytes cut into windows of 64 tokens (input_ids uint8 [N, 64];
 the last tenth of the file is the validation set). No labels: `--shift-labels` makes them.
+The same tokens also go to OUT_DIR/train.bin and OUT_DIR/val.bin as nanoGPT writes them (flat
+little-endian uint16 ids, no header), which `train --seq-len 64` cuts into the same windows.
 Uses the venv of tests/reference/modern/make_modern.py ($HOME/.cache/onnx-mirror/venv-modern).
 """
 import os
@@ -45,6 +47,8 @@ def main(text_file, out):
     split = len(windows) * 9 // 10
     np.savez(os.path.join(out, "train.npz"), input_ids=windows[:split])
     np.savez(os.path.join(out, "val.npz"), input_ids=windows[split:])
+    windows[:split].astype("<u2").tofile(os.path.join(out, "train.bin"))
+    windows[split:].astype("<u2").tofile(os.path.join(out, "val.bin"))
     print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {split} training and "
           f"{len(windows) - split} validation windows of {seq} bytes from {text_file}")
 

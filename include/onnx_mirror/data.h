@@ -25,6 +25,9 @@ struct Dataset {
   // the only array whatever its name. Token ids and masks may be any integer type; they are
   // converted to the input's.
   Tensors inputs = {};
+  // The inputs are the windows of a token file (load_token_file): one array "tokens", mapped
+  // from the file, never copied whole; shift_labels makes the labels batch by batch.
+  bool token_file = false;
   int64_t size() const;                             // samples: rows of features or of the inputs
   Dataset slice(int64_t begin, int64_t end) const;  // rows [begin, end), copies
   bool has_float_targets() const;                   // labels are regression targets
@@ -40,6 +43,14 @@ struct Dataset {
 // (bad arrays, naming the file, the arrays, their shapes and dtypes and the fix).
 Dataset load_dataset(const std::string& spec, const std::string& labels_name = "labels",
                      const std::string& features_name = "");
+
+// A token file (nanoGPT's train.bin: little-endian token ids of `dtype` "uint16" or "uint32",
+// no header), memory-mapped read-only and cut into non-overlapping windows of `seq_len` tokens
+// (the last partial window dropped): inputs["tokens"] [windows, seq_len], `token_file` set, no
+// labels (train with FitConfig::shift_labels). The mapping lives as long as a Tensor of it.
+// Errors: kIo (missing or not a regular file), kInvalidArgument (a size that is not a whole
+// number of tokens, seq_len < 2, fewer tokens than one window), each naming the file.
+Dataset load_token_file(const std::string& path, const std::string& dtype, int64_t seq_len);
 
 // Labels of a causal language model from its token ids [N, T]: position t's label is token
 // t + 1; the last position gets `ignore_index`. kInvalidArgument for anything but integer ids

@@ -22,10 +22,12 @@ enum class DType : int32_t {
   kFloat32 = 1,
   kUInt8 = 2,
   kInt8 = 3,
+  kUInt16 = 4,  // token ids (load_token_file)
   kInt32 = 6,
   kInt64 = 7,
   kBool = 9,
   kFloat64 = 11,
+  kUInt32 = 12,  // token ids (load_token_file)
 };
 
 const char* dtype_name(DType dtype);  // "float32", "int64", ...
@@ -38,6 +40,8 @@ template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUIn
 template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kInt8; };
 template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
+template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::kUInt16; };
+template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::kUInt32; };
 
 class Tensor {
  public:

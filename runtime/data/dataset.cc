@@ -7,6 +7,7 @@
 #include "common/file_util.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/npy.h"
+#include "runtime/data/token_file.h"
 
 namespace omt {
 namespace {
@@ -149,6 +150,7 @@ NamedTensors bind_inputs(const Dataset& data, const std::vector<ValueInfo>& inpu
              names, ". Its feature arrays are ", array_list(data.features),
              ". Name each array after its input, or map it with --input INPUT=ARRAY.");
   }
+  for (const auto& v : inputs) check_token_seq_len(data, v, bound.at(v.name));  // Note [Token files]
   return bound;
 }
 
@@ -270,12 +272,51 @@ Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Pr
   return out;
 }
 
+namespace {
+
+// True when every value of integer type `from` is one of `to` (so a row converts without a
+// range check).
+bool widens_exactly(DType from, DType to) {
+  const auto bits = [](DType d) { return static_cast<int>(dtype_size(d)) * 8; };
+  if (!dtype_is_integer(from) || !dtype_is_integer(to) || from == DType::kBool || to == DType::kBool || from == to)
+    return false;
+  if (to != DType::kInt64 && to != DType::kInt32) return false;
+  const bool from_unsigned = from == DType::kUInt8 || from == DType::kUInt16 || from == DType::kUInt32 ||
+                             from == DType::kUInt64;
+  return from_unsigned ? bits(from) < bits(to) : bits(from) <= bits(to);
+}
+
+template <class From, class To>
+void widen_row(const char* src, To* dst, int64_t n) {
+  const From* s = reinterpret_cast<const From*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<To>(s[i]);
+}
+
+template <class To>
+void widen_row(DType from, const char* src, To* dst, int64_t n) {
+  switch (from) {
+    case DType::kUInt8: return widen_row<uint8_t>(src, dst, n);
+    case DType::kInt8: return widen_row<int8_t>(src, dst, n);
+    case DType::kUInt16: return widen_row<uint16_t>(src, dst, n);
+    case DType::kInt16: return widen_row<int16_t>(src, dst, n);
+    case DType::kUInt32: return widen_row<uint32_t>(src, dst, n);
+    case DType::kInt32: return widen_row<int32_t>(src, dst, n);
+    default: OMT_ASSERT(false, "no widening from ", dtype_name(from));
+  }
+}
+
+}  // namespace
+
 FeatureSource::FeatureSource(const Tensor& features, const ValueInfo& input, const Preprocess& pre)
     : pre_(pre) {
   if (features.dtype() == DType::kUInt8 && prepared_dtype(input) == DType::kFloat32) {
     stored_ = features;
     shape_ = prepared_shape(features, input);
     convert_ = true;
+  } else if (widens_exactly(features.dtype(), prepared_dtype(input))) {
+    stored_ = features;
+    shape_ = prepared_shape(features, input);
+    widen_ = prepared_dtype(input);
   } else {
     stored_ = prepare_features(features, input, pre);
     shape_ = stored_.shape();
@@ -283,11 +324,22 @@ FeatureSource::FeatureSource(const Tensor& features, const ValueInfo& input, con
 }
 
 Tensor FeatureSource::gather(const std::vector<int64_t>& rows, Tensor reuse) const {
-  if (!convert_) return gather_rows(stored_, rows, std::move(reuse));
   Shape shape = shape_;
   shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = output_like(DType::kFloat32, shape, std::move(reuse));
   const int64_t row = size() ? stored_.numel() / size() : 0;
+  if (widen_ != DType::kUndefined) {
+    Tensor out = output_like(widen_, shape, std::move(reuse));
+    const size_t row_bytes = static_cast<size_t>(row) * dtype_size(stored_.dtype());
+    for_each_row_prefetched(static_cast<const char*>(stored_.raw()), rows, row_bytes, [&](const char* from, size_t i) {
+      if (widen_ == DType::kInt64)
+        widen_row(stored_.dtype(), from, out.data<int64_t>() + static_cast<int64_t>(i) * row, row);
+      else
+        widen_row(stored_.dtype(), from, out.data<int32_t>() + static_cast<int64_t>(i) * row, row);
+    });
+    return out;
+  }
+  if (!convert_) return gather_rows(stored_, rows, std::move(reuse));
+  Tensor out = output_like(DType::kFloat32, shape, std::move(reuse));
   const uint8_t* src = stored_.data<uint8_t>();
   float* dst = out.data<float>();
   const Converter convert(stored_, pre_);
@@ -299,7 +351,7 @@ Tensor FeatureSource::gather(const std::vector<int64_t>& rows, Tensor reuse) con
 }
 
 Tensor FeatureSource::all() const {
-  if (!convert_) return stored_;
+  if (!convert_ && widen_ == DType::kUndefined) return stored_;
   std::vector<int64_t> rows(static_cast<size_t>(size()));
   for (int64_t i = 0; i < size(); ++i) rows[static_cast<size_t>(i)] = i;
   return gather(rows);
@@ -453,6 +505,59 @@ Tensor token_ids(const Dataset& d, const NamedTensors& bound) {
             " integer model input to take the token ids from; name the input 'input_ids' or store the labels "
             "(the token ids) as 'labels'");
   return bound.at(integer[0]);
+}
+
+LabelSource LabelSource::shifted(Tensor ids, int64_t ignore_index) {
+  OMT_ASSERT(ids.rank() == 2 && (ids.dtype() == DType::kUInt16 || ids.dtype() == DType::kUInt32),
+             "shifted labels of token windows, not ", ids.describe());
+  LabelSource s(std::move(ids));
+  s.shifted_ = true;
+  s.ignore_index_ = ignore_index;
+  return s;
+}
+
+Tensor LabelSource::gather(const std::vector<int64_t>& rows) const {
+  if (!shifted_) return gather_rows(labels_, rows);
+  // Note [Shifted labels], per window: the same values shift_labels gives the whole array.
+  const int64_t t = labels_.dim(1);
+  Tensor out = Tensor::empty(DType::kInt64, {static_cast<int64_t>(rows.size()), t});
+  int64_t* dst = out.data<int64_t>();
+  const size_t row_bytes = static_cast<size_t>(t) * dtype_size(labels_.dtype());
+  for_each_row_prefetched(static_cast<const char*>(labels_.raw()), rows, row_bytes, [&](const char* from, size_t i) {
+    int64_t* y = dst + static_cast<int64_t>(i) * t;
+    if (labels_.dtype() == DType::kUInt16)
+      widen_row<uint16_t>(from + sizeof(uint16_t), y, t - 1);
+    else
+      widen_row<uint32_t>(from + sizeof(uint32_t), y, t - 1);
+    y[t - 1] = ignore_index_;
+  });
+  return out;
+}
+
+Tensor LabelSource::rows(int64_t begin, int64_t end) const {
+  std::vector<int64_t> r(static_cast<size_t>(end - begin));
+  for (int64_t i = begin; i < end; ++i) r[static_cast<size_t>(i - begin)] = i;
+  return gather(r);
+}
+
+int64_t LabelSource::counted(const std::vector<int64_t>& rows, int64_t ignore_index) const {
+  if (!shifted_) return counted_labels(labels_, rows, ignore_index);
+  // Unsigned ids are never a negative ignore index: every position but the last counts.
+  if (ignore_index < 0 && ignore_index == ignore_index_) return static_cast<int64_t>(rows.size()) * (labels_.dim(1) - 1);
+  int64_t n = 0;
+  for (size_t b = 0; b < rows.size(); b += 1024) {
+    const std::vector<int64_t> part(rows.begin() + static_cast<long>(b),
+                                    rows.begin() + static_cast<long>(std::min(rows.size(), b + 1024)));
+    n += counted_labels(gather(part), ignore_index);
+  }
+  return n;
+}
+
+int64_t LabelSource::counted(int64_t ignore_index) const {
+  if (!shifted_) return counted_labels(labels_, ignore_index);
+  std::vector<int64_t> all(static_cast<size_t>(size()));
+  for (int64_t i = 0; i < size(); ++i) all[static_cast<size_t>(i)] = i;
+  return counted(all, ignore_index);
 }
 
 int64_t counted_labels(const Tensor& labels, int64_t ignore_index) {

@@ -23,6 +23,10 @@ struct Dataset {
   // [N, T, ...] (one per position: token labels). Float arrays are regression targets, kept as
   // stored: [N, ...] of any trailing shape. Undefined when the data has none.
   Tensor labels;
+  // The features are the windows of a token file (runtime/data/token_file.h, Note [Token
+  // files]): one array "tokens" [windows, seq_len], memory-mapped, never copied whole; its
+  // labels come from --shift-labels, made per batch (LabelSource::shifted).
+  bool token_file = false;
   int64_t size() const { return features.size() ? features.at(features.names()[0]).dim(0) : 0; }
   bool has_float_targets() const { return labels.defined() && dtype_is_float(labels.dtype()); }
   // The one feature array of a one-array data set; kInvalidArgument naming them otherwise.
@@ -60,6 +64,8 @@ struct Preprocess {
 // Note [Features converted per batch]: the training features as fit reads them. uint8 images
 // stay uint8 in memory, a quarter of their float32 size, and the rows of a batch are converted
 // (with the same arithmetic as prepare_features, so to the same values) as they are gathered;
+// so do integer ids narrower than the input's integer type, whenever every stored value fits it
+// (uint16 token windows for an int64 input_ids: a token file stays mapped, Note [Token files]);
 // other data is prepared once.
 class FeatureSource {
  public:
@@ -71,10 +77,11 @@ class FeatureSource {
   Tensor all() const;
 
  private:
-  Tensor stored_;  // uint8 as stored when convert_, else prepared
+  Tensor stored_;  // uint8 as stored when convert_, integers as stored when widen_ is set, else prepared
   Shape shape_;    // prepared shape of all rows
   Preprocess pre_;
   bool convert_ = false;
+  DType widen_ = DType::kUndefined;  // the input's integer type, when stored_ is narrower
 };
 
 // The model inputs of a batch: one FeatureSource per input, all rows drawn together.
@@ -129,6 +136,34 @@ Tensor shift_labels(const Tensor& ids, int64_t ignore_index, const std::string& 
 // What --shift-labels shifts when the data has no labels: the bound 'input_ids' input, or the
 // only integer one. kInvalidArgument saying what to name otherwise.
 Tensor token_ids(const Dataset& data, const NamedTensors& bound);
+
+// Note [Token files]: the labels fit and evaluate draw with each batch's rows: rows of a
+// prepared label tensor, or token windows shifted by one (Note [Shifted labels]) made as the
+// rows are gathered, so a token file's labels never exist whole. Thread-safety: const methods
+// may be called from several threads.
+class LabelSource {
+ public:
+  LabelSource() = default;
+  explicit LabelSource(Tensor labels) : labels_(std::move(labels)) {}
+  // Labels of the windows `ids` ([N, T], unsigned ids of a token file): row r is ids[r, 1..T-1]
+  // as int64, then `ignore_index`.
+  static LabelSource shifted(Tensor ids, int64_t ignore_index);
+  bool defined() const { return labels_.defined(); }
+  int64_t size() const { return labels_.defined() ? labels_.dim(0) : 0; }
+  int64_t rank() const { return labels_.rank(); }
+  DType dtype() const { return shifted_ ? DType::kInt64 : labels_.dtype(); }
+  // Rows `rows` ([rows.size(), ...]), or rows [begin, end).
+  Tensor gather(const std::vector<int64_t>& rows) const;
+  Tensor rows(int64_t begin, int64_t end) const;
+  // Positions of rows `rows` (or of every row) that are not `ignore_index`; class labels only.
+  int64_t counted(const std::vector<int64_t>& rows, int64_t ignore_index) const;
+  int64_t counted(int64_t ignore_index) const;
+
+ private:
+  Tensor labels_;  // the labels, or the windows when shifted_
+  bool shifted_ = false;
+  int64_t ignore_index_ = -100;
+};
 
 // Class-label positions that count for the loss (not `ignore_index`): of every row, or of
 // rows `rows`.

@@ -1,7 +1,5 @@
 #include "runtime/data/regular_file.h"
 
-#include "common/file_util.h"
-
 namespace omt {
 
 bool inflatable_size(uint64_t declared, uint64_t compressed) {

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/file_util.h"
+
 namespace omt {
 
 // Deflate's own limit: a 258-byte match coded in 2 bits is the most a bit can expand to.
@@ -18,6 +20,7 @@ bool inflatable_size(uint64_t declared, uint64_t compressed);
 
 // The whole of a regular file: common/file_util.h's read_file_bytes (kIo naming `what` and the
 // path when it is missing, unreadable or not a regular file: FIFO, device, directory, socket).
+// open_regular_file (common/file_util.h) opens one for mapping.
 std::string read_regular_file(const std::string& path, const char* what);
 
 }  // namespace omt
