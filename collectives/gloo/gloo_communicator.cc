@@ -233,7 +233,13 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
   }
   peer_info_.resize(size_);
   for (int r = 0; r < size_; ++r) {
-    std::vector<char> info = store_->get(joins[r]);
+    std::vector<char> info;
+    try {
+      info = store_->get(joins[r]);  // authenticated (Note [Run secret])
+    } catch (const Error& e) {
+      OMT_FAIL(kCommunication, "gloo rendezvous on rank ", rank_, " of ", size_, " refused rank ", r,
+               "'s join record: ", e.what());
+    }
     peer_info_[r].assign(info.begin(), info.end());
   }
   if (size_ > 1) {
