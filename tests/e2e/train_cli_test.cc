@@ -1,6 +1,7 @@
 // onnx-mirror-train's training commands end to end, as a user runs them: grad, train,
 // export-training-graph and eval on small real data (a slice of Fashion-MNIST), resume,
-// multi-process worlds, a dead peer, traces, and the errors users hit. Label: slow.
+// multi-process worlds, a dead peer, ranks launched by hand with another configuration or
+// run secret, traces, and the errors users hit. Label: slow.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -468,6 +469,93 @@ TEST(TrainCli, ADeadProcessStopsTheOthersWithinTheDeadline) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << log;
   EXPECT_LT(seconds, 5 + 10) << log;
   EXPECT_TRUE(std::regex_search(log, std::regex("rank [12]"))) << log;
+}
+
+// Ranks launched by hand, as mpirun or srun would (OMT_* variables, one file store): rank r
+// runs `train <args[r]>` with the variables `env[r]` added ("OMT_RUN_SECRET=..."; none is
+// inherited). Returns each rank's exit code and output.
+std::vector<test::CommandResult> run_ranks(const test::TempDir& dir, const std::vector<std::string>& args,
+                                           const std::vector<std::string>& env) {
+  std::string script;
+  const std::string run = std::to_string(getpid()) + "-" + std::to_string(std::rand());
+  for (size_t r = 0; r < args.size(); ++r) {
+    const std::string log = dir.file("rank" + std::to_string(r) + ".log");
+    script += "(env -u OMT_RUN_SECRET OMT_RANK=" + std::to_string(r) + " OMT_LOCAL_RANK=" + std::to_string(r) +
+              " OMT_WORLD_SIZE=" + std::to_string(args.size()) + " OMT_STORE=file:" + dir.file("store") +
+              " OMT_RUN_ID=" + run + " OMT_TIMEOUT_S=20 " + env[r] + " " + test::tool_path() + " train " + args[r] +
+              " > " + log + " 2>&1; echo $? > " + log + ".rc) & ";
+  }
+  const auto launched = test::run_command(script + "wait");
+  EXPECT_EQ(launched.exit_code, 0) << launched.output;
+  std::vector<test::CommandResult> out(args.size());
+  for (size_t r = 0; r < args.size(); ++r) {
+    const std::string log = dir.file("rank" + std::to_string(r) + ".log");
+    out[r].output = read_file_bytes(log);
+    out[r].exit_code = std::stoi(read_file_bytes(log + ".rc"));
+  }
+  return out;
+}
+
+const std::string kRunSecret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+// Note [Configuration fingerprint]: another seed, lr or model on one rank fails on both, before
+// step 1, naming the rank, the fields and both values.
+TEST(TrainCli, RanksStartedWithAnotherSeedLrOrModelFailBeforeStepOne) {
+  test::TempDir data;
+  const std::string train = write_slice(data, "train.npz", "train", 256);
+  const std::string cnn = source_path("models/cnn.onnx"), mlp = source_path("models/mlp.onnx");
+  const std::string common = " --data " + train + " --steps 3 --global-batch 32 --replicas 1";
+  struct Case {
+    std::string rank0, rank1, expected;
+  };
+  for (const Case& c : {Case{cnn + common + " --seed 1", cnn + common + " --seed 7", "rank 1 differs from rank 0: seed 7 vs 1"},
+                        Case{cnn + common + " --lr 0.05 --seed 1", cnn + common + " --lr 0.1 --seed 7",
+                             "rank 1 differs from rank 0: lr 0.1 vs 0.05; seed 7 vs 1"},
+                        Case{cnn + common, mlp + common, "rank 1 differs from rank 0: model "}}) {
+    test::TempDir dir;
+    const auto ranks = run_ranks(dir, {c.rank0, c.rank1}, {"OMT_RUN_SECRET=" + kRunSecret, "OMT_RUN_SECRET=" + kRunSecret});
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of '" + c.expected + "'");
+      EXPECT_EQ(ranks[r].exit_code, 2) << ranks[r].output;
+      EXPECT_NE(ranks[r].output.find(c.expected), std::string::npos) << ranks[r].output;
+      EXPECT_NE(ranks[r].output.find("before step 1"), std::string::npos) << ranks[r].output;
+      EXPECT_EQ(ranks[r].output.find("epoch 1"), std::string::npos) << ranks[r].output;
+    }
+  }
+}
+
+// Note [Run secret]: a rank without the launcher's secret, or with another one, is refused by
+// the others and refuses them, on every rank, with the variable named and the secret never printed.
+TEST(TrainCli, ARankWithoutTheRunSecretIsRefused) {
+  test::TempDir data;
+  const std::string train = write_slice(data, "train.npz", "train", 128);
+  const std::string args = source_path("models/cnn.onnx") + " --data " + train + " --steps 2 --global-batch 32 --replicas 1";
+  {
+    test::TempDir dir;
+    const auto ranks = run_ranks(dir, {args, args}, {"OMT_RUN_SECRET=" + kRunSecret, ""});
+    EXPECT_EQ(ranks[0].exit_code, 6) << ranks[0].output;
+    EXPECT_NE(ranks[0].output.find("refused rank 1's join record"), std::string::npos) << ranks[0].output;
+    EXPECT_NE(ranks[0].output.find("without OMT_RUN_SECRET"), std::string::npos) << ranks[0].output;
+    EXPECT_EQ(ranks[1].exit_code, 6) << ranks[1].output;
+    EXPECT_NE(ranks[1].output.find("OMT_RUN_SECRET is not set"), std::string::npos) << ranks[1].output;  // the warning
+    EXPECT_NE(ranks[1].output.find("this rank has no OMT_RUN_SECRET"), std::string::npos) << ranks[1].output;
+  }
+  {
+    test::TempDir dir;
+    const std::string other = "ffeeddccbbaa99887766554433221100";
+    const auto ranks = run_ranks(dir, {args, args}, {"OMT_RUN_SECRET=" + kRunSecret, "OMT_RUN_SECRET=" + other});
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(ranks[r].exit_code, 6) << ranks[r].output;
+      EXPECT_NE(ranks[r].output.find("with another OMT_RUN_SECRET"), std::string::npos) << ranks[r].output;
+      EXPECT_EQ(ranks[r].output.find(kRunSecret), std::string::npos) << ranks[r].output;
+      EXPECT_EQ(ranks[r].output.find(other), std::string::npos) << ranks[r].output;
+    }
+  }
+  {  // The same secret on both: the job trains (and --nproc makes its own).
+    test::TempDir dir;
+    const auto ranks = run_ranks(dir, {args, args}, {"OMT_RUN_SECRET=" + kRunSecret, "OMT_RUN_SECRET=" + kRunSecret});
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].exit_code, 0) << ranks[r].output;
+  }
 }
 
 }  // namespace
