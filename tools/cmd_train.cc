@@ -414,6 +414,8 @@ int run_train(const TrainArgs& a, char** argv) {
   if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
   if (a.device != "cpu") load_for_training(a.model, a.device);  // no usable GPU: that error first, before the data
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
+  // Note [Run secret]: a launcher makes its run's own; an inherited one is not its business.
+  if (a.nproc > 1 && !child) unsetenv("OMT_RUN_SECRET");
   check_thread_budget(a, child);
   // Note [Outputs checked before step 1]: the process that writes them (rank 0) looks before
   // any process starts or anything loads; fit looks again before step 1.
