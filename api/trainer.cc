@@ -191,7 +191,13 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
       t.rank = rc.rank;
       t.processes = rc.world_size;
       t.mirror.local_process = rc.local_rank;  // its cores, and on GPUs its GPUs
-      if (rc.world_size > 1) t.mirror.comm = omt::make_communicator(options.collectives, rc);
+      if (rc.world_size > 1) {
+        t.mirror.comm = omt::make_communicator(options.collectives, rc);
+        // Note [Configuration fingerprint]: every MirroredTrainer of this world (this one, and
+        // fit's, which adds lr, batch, seed and the data) compares the processes'
+        // configurations before its first collective. (step() is refused in a world.)
+        t.mirror.config_check = std::make_shared<omt::ConfigCheck>(rc);
+      }
     }
 
     std::lock_guard<std::mutex> lock(t.model->mu);

@@ -20,6 +20,7 @@
 #include "graph/onnx_io.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data/token_file.h"
+#include "runtime/config_fingerprint.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/report.h"
 #include "runtime/sampler.h"
@@ -494,6 +495,25 @@ FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Da
   MirrorOptions mirror = o.mirror;
   mirror.seed = o.seed;  // Note [Dropout per replica]
   mirror.stop = o.stop;  // Note [Stopping together] in mirrored_trainer.h
+  // Note [Configuration fingerprint]: what fit adds to the trainer's fields; the trainer
+  // compares them across processes before its first collective.
+  mirror.config_fields = {
+      {"--global-batch", std::to_string(o.global_batch)},
+      {"--accumulate", std::to_string(o.accumulate)},
+      {"--epochs", std::to_string(o.epochs)},
+      {"--steps", std::to_string(o.max_steps)},
+      {"lr", config_number_f(o.lr)},
+      {"--lr-schedule", o.lr_schedule},
+      {"--warmup-steps", std::to_string(o.warmup_steps)},
+      {"seed", std::to_string(o.seed)},
+      {"shuffle", o.shuffle ? "yes" : "no"},
+      {"--shift-labels", o.shift_labels ? "yes" : "no"},
+      {"training samples", std::to_string(x.size())},
+      {"validation samples", val ? std::to_string(yv.size()) : "none"},
+      {"--eval-batch", std::to_string(eval_batch)},
+      {"--check-every", std::to_string(o.check_every)},
+      {"--resume", o.resume.empty() ? "no" : "yes"},
+  };
   MirroredTrainer trainer(model, o.spec, mirror);
   const int world = trainer.world_size();
   if (leader && o.explain_buckets) {

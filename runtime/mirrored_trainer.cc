@@ -17,6 +17,7 @@
 #include "collectives/factory.h"
 #include "common/file_util.h"
 #include "common/threads.h"
+#include "runtime/config_fingerprint.h"
 
 namespace omt {
 
@@ -768,6 +769,9 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   if (options.fuse)
     fusable = [probe](const std::string& domain, const std::string& op) { return probe->supports(domain, op); };
   m.plan = plan_mirror(m.tg, options.bucket_cap_bytes, options.first_bucket_bytes, fusable);
+  // Note [Configuration fingerprint]: before the first collective (the parameter broadcast).
+  if (options.config_check && options.comm && options.comm->size() > 1)
+    options.config_check->check("configuration", trainer_config_fields(*m.model, m.tg, spec, options));
   auto backward = std::make_shared<const Model>(m.plan.backward);
   auto update = std::make_shared<const Model>(m.plan.update);
   m.ready_after.assign(m.plan.backward.graph.nodes.size(), {});

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/rendezvous/config_check.h"
 #include "graph/mirror.h"
 #include "runtime/data/dataset.h"
 #include "runtime/session.h"
@@ -63,6 +64,13 @@ struct MirrorOptions {
   // copy or reload. Each must match its initializer's dtype and shape and outlive the trainer;
   // the holder must not read them while step() or load() runs. Empty: replica 0 clones too.
   NamedTensors shared_parameters;
+  // Note [Configuration fingerprint]: with several processes and a check, the constructor
+  // publishes this process's configuration (trainer_config_fields in
+  // runtime/config_fingerprint.h, then `config_fields`) and compares it with process 0's
+  // before any collective carries data, so a process started with another model or options
+  // fails on every process. Null: no check (one process, or the caller checked).
+  std::shared_ptr<ConfigCheck> config_check;
+  ConfigFields config_fields;  // what only the caller knows (fit: batch, lr, schedule, seed, data)
 };
 
 // Rows of a data set that the replica gathers itself, on its own thread, at the start of its

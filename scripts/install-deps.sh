@@ -12,7 +12,7 @@ pkgs=(
   libprotobuf-dev protobuf-compiler python3-venv python3-pip
   libgloo-dev libhiredis-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev
+  nlohmann-json3-dev libcli11-dev zlib1g-dev libzip-dev libssl-dev
   dataset-fashion-mnist
   redis-server iproute2
   clang libclang-rt-14-dev

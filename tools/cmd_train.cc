@@ -11,11 +11,13 @@
 #include <sstream>
 #include <cmath>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <random>
 #include <thread>
 
 #include "onnx_mirror/arrays.h"
@@ -270,6 +272,8 @@ class LocalWorld {
       fail(ErrorKind::kIo, "cannot create a rendezvous folder in /tmp: ", std::strerror(errno));
     dir_ = tmpl;
     const std::string run_id = std::to_string(getpid());
+    // Note [Run secret]: a fresh one per run, passed to the children in their environment.
+    setenv("OMT_RUN_SECRET", random_secret().c_str(), 1);
     setenv("OMT_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
     setenv("OMT_STORE", ("file:" + dir_).c_str(), 1);
     setenv("OMT_RUN_ID", run_id.c_str(), 1);
@@ -366,6 +370,27 @@ class LocalWorld {
     }
   }
 
+  // 32 bytes from /dev/urandom (std::random_device if it cannot be read), as 64 hex digits.
+  static std::string random_secret() {
+    unsigned char bytes[32];
+    size_t got = 0;
+    if (FILE* f = std::fopen("/dev/urandom", "rb")) {
+      got = std::fread(bytes, 1, sizeof(bytes), f);
+      std::fclose(f);
+    }
+    if (got != sizeof(bytes)) {
+      std::random_device rd;
+      for (auto& b : bytes) b = static_cast<unsigned char>(rd());
+    }
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : bytes) {
+      out += digits[b >> 4];
+      out += digits[b & 15];
+    }
+    return out;
+  }
+
   std::string dir_;
   std::vector<pid_t> children_;
 };
@@ -399,6 +424,8 @@ int run_train(const TrainArgs& a, char** argv) {
   if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
   if (a.device != "cpu") load_for_training(a.model, a.device);  // no usable GPU: that error first, before the data
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
+  // Note [Run secret]: a launcher makes its run's own; an inherited one is not its business.
+  if (a.nproc > 1 && !child) unsetenv("OMT_RUN_SECRET");
   check_thread_budget(a, child);
   // Note [Outputs checked before step 1]: the process that writes them (rank 0) looks before
   // any process starts or anything loads; fit looks again before step 1.
@@ -415,6 +442,14 @@ int run_train(const TrainArgs& a, char** argv) {
 
   onnx_mirror::TrainerOptions options = trainer_options(a);
   const onnx_mirror::World world = onnx_mirror::world_from_environment();
+  // Note [Run secret]: a manual launch (mpirun, srun, OMT_* by hand) without one runs
+  // unauthenticated, with this warning on every rank.
+  const char* secret = std::getenv("OMT_RUN_SECRET");
+  if (world.size > 1 && (secret == nullptr || secret[0] == '\0'))
+    std::cerr << "warning: rank " << world.rank << " of " << world.size
+              << ": OMT_RUN_SECRET is not set, so the rendezvous records are not authenticated and any process "
+                 "that can write the store can impersonate a rank. Set the same random OMT_RUN_SECRET for every "
+                 "rank (e.g. export OMT_RUN_SECRET=$(openssl rand -hex 32); mpirun -x OMT_RUN_SECRET).\n";
   options.join_world = true;
   options.collectives = a.collectives;
   options.timeout_s = a.timeout_s;

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -18,6 +20,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "collectives/async_work.h"
+#include "collectives/rendezvous/auth.h"
 #include "collectives/rendezvous/store.h"
 #include "common/threads.h"
 #include "common/error.h"
@@ -53,16 +56,20 @@ void ignore_sigpipe() {
   });
 }
 
-// Gloo's view of our Store, under a key prefix, with our bounded waits.
+// Gloo's view of our Store, under a key prefix, with our bounded waits. A wait also ends,
+// with an error, as soon as any of `abort_keys` exists (a rank gave up this connection
+// attempt, Note [Mesh attempts]).
 class GlooStoreView final : public gloo::rendezvous::Store {
  public:
-  GlooStoreView(omt::Store& store, std::string prefix, milliseconds timeout)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+  GlooStoreView(omt::Store& store, std::string prefix, milliseconds timeout,
+                std::vector<std::string> abort_keys)
+      : store_(store), prefix_(std::move(prefix)), timeout_(timeout), abort_keys_(std::move(abort_keys)) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     store_.set(prefix_ + key, data);
   }
   std::vector<char> get(const std::string& key) override {
-    return store_.wait_get(prefix_ + key, timeout_);
+    wait({key}, timeout_);
+    return store_.get(prefix_ + key);
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
@@ -70,15 +77,58 @@ class GlooStoreView final : public gloo::rendezvous::Store {
     for (const auto& k : keys) full.push_back(prefix_ + k);
     // Gloo's "no timeout" is zero; ours is always bounded.
     milliseconds bound = timeout.count() > 0 ? std::min(timeout, timeout_) : timeout_;
-    OMT_CHECK(store_.wait(full, bound), kCommunication, "store ", store_.describe(),
-              ": keys under '", prefix_, "' did not appear within ", bound.count(), " ms");
+    const auto deadline = Clock::now() + bound;
+    auto pause = milliseconds(1);
+    for (;;) {
+      if (store_.check(full)) return;
+      for (size_t r = 0; r < abort_keys_.size(); ++r) {
+        OMT_CHECK(!store_.check({abort_keys_[r]}), kCommunication, "rank ", r,
+                  " gave up this connection attempt");
+      }
+      OMT_CHECK(Clock::now() < deadline, kCommunication, "store ", store_.describe(), ": keys under '",
+                prefix_, "' did not appear within ", bound.count(), " ms");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, milliseconds(20));
+    }
   }
 
  private:
   omt::Store& store_;
   const std::string prefix_;
   const milliseconds timeout_;
+  const std::vector<std::string> abort_keys_;
 };
+
+// Note [Mesh attempts]: every rank sends each peer, over each pair of `context`, a token
+// only a rank of this job can make (HMAC-SHA256 under the run secret of the attempt, the
+// context, sender and receiver), and checks the one each peer sent, within `bound`. A pair
+// that a foreign process took (it connected to the port first) cannot deliver it.
+void verify_pairs(gloo::Context& context, const std::string& secret, const std::string& what, int rank,
+                  int size, milliseconds bound) {
+  constexpr uint64_t kSlot = uint64_t{3} << 40;
+  auto token = [&](int from, int to) {
+    const std::string m = what + "/" + std::to_string(from) + ">" + std::to_string(to);
+    return hmac_sha256(secret, m.data(), m.size());
+  };
+  std::vector<std::string> out(size), in(size, std::string(32, '\0'));
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends(size), recvs(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    out[peer] = token(rank, peer);
+    sends[peer] = context.createUnboundBuffer(out[peer].data(), out[peer].size());
+    recvs[peer] = context.createUnboundBuffer(in[peer].data(), in[peer].size());
+    recvs[peer]->recv(peer, kSlot);
+    sends[peer]->send(peer, kSlot);
+  }
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    OMT_CHECK(recvs[peer]->waitRecv(bound) && equal_constant_time(in[peer], token(peer, rank)), kCommunication,
+              "the connection to rank ", peer, " in ", what, " did not carry rank ", peer,
+              "'s token (a process outside the job holds it, or the peer has another OMT_RUN_SECRET)");
+    OMT_CHECK(sends[peer]->waitSend(bound), kCommunication, "the connection to rank ", peer, " in ", what,
+              " did not take this rank's token within ", bound.count(), " ms");
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 // Reductions. Gloo calls fn(out, a, b, n) with out possibly equal to a.
@@ -233,7 +283,13 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
   }
   peer_info_.resize(size_);
   for (int r = 0; r < size_; ++r) {
-    std::vector<char> info = store_->get(joins[r]);
+    std::vector<char> info;
+    try {
+      info = store_->get(joins[r]);  // authenticated (Note [Run secret])
+    } catch (const Error& e) {
+      OMT_FAIL(kCommunication, "gloo rendezvous on rank ", rank_, " of ", size_, " refused rank ", r,
+               "'s join record: ", e.what());
+    }
     peer_info_[r].assign(info.begin(), info.end());
   }
   if (size_ > 1) {
@@ -253,30 +309,72 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
       OMT_FAIL(kCommunication, "gloo cannot listen on ", where, " (rank ", rank_, "): ",
                e.what(), ". Set OMT_BIND_ADDRESS to an address of this host, or OMT_IFACE.");
     }
-    try {
-      auto connect = [&](const std::string& name) {
-        auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-        // A pair waits up to 5x the context timeout for its peer to connect.
-        context->setTimeout(std::max(milliseconds(200), left() / 5));
-        GlooStoreView view(*store_, prefix_ + name + "/", left());
-        context->connectFullMesh(view, device_);
-        context->setTimeout(timeout_ - grace_);
-        return context;
-      };
-      context_ = connect("main");
-      health_ = connect("health");
+    // Note [Mesh attempts]: each Gloo pair accepts the first connection to its port, so a
+    // process outside the job that connects first takes a peer's place. After building both
+    // meshes every rank checks every pair with verify_pairs and writes its verdict,
+    // mesh/<k>/ok/<rank> or mesh/<k>/failed/<rank>; a failed one also ends the others' store
+    // waits of attempt k at once. Only when every rank's verdict is ok do all ranks keep the
+    // meshes; otherwise all drop them and connect again on fresh ports as attempt k+1, up to
+    // kMeshAttempts, all within the one rendezvous deadline.
+    constexpr int kMeshAttempts = 3;
+    for (int attempt = 1;; ++attempt) {
+      const std::string round = prefix_ + "mesh/" + std::to_string(attempt) + "/";
+      std::vector<std::string> ok, failed;
+      for (int r = 0; r < size_; ++r) {
+        ok.push_back(round + "ok/" + std::to_string(r));
+        failed.push_back(round + "failed/" + std::to_string(r));
+      }
+      const milliseconds bound = std::max(milliseconds(200), std::min(left(), timeout_ / 4));
+      std::string error;
+      try {
+        auto connect = [&](const std::string& name) {
+          auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+          // A pair waits up to 5x the context timeout for its peer to connect.
+          context->setTimeout(std::max(milliseconds(200), left() / 5));
+          GlooStoreView view(*store_, round + name + "/", left(), failed);
+          context->connectFullMesh(view, device_);
+          context->setTimeout(timeout_ - grace_);
+          return context;
+        };
+        context_ = connect("main");
+        health_ = connect("health");
+        verify_pairs(*context_, config.secret, round + "main", rank_, size_, bound);
+        verify_pairs(*health_, config.secret, round + "health", rank_, size_, bound);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      const std::string first_line = error.substr(0, error.find('\n'));
+      try {
+        const std::string verdict = error.empty() ? "ok" : first_line;
+        store_->set(error.empty() ? ok[rank_] : failed[rank_], std::vector<char>(verdict.begin(), verdict.end()));
+      } catch (const std::exception& e) {
+        if (error.empty()) error = e.what();
+      }
       // A rank's pairs count as connected once its side of each handshake is written; a rank
-      // that returned and closed its sockets at once (a communicator built and dropped, as in
-      // a short job) would cut a peer still reading its handshake ("connection closed by
-      // peer"). The barrier returns only when every rank has finished both meshes.
-      gloo::BarrierOptions done(health_);
-      done.setTimeout(std::max(milliseconds(200), left()));
-      gloo::barrier(done);
-    } catch (const std::exception& e) {
-      OMT_FAIL(kCommunication, "gloo connect failed on rank ", rank_, " of ", size_, " after ",
-               seconds_since(start), " s (listening on ", where, "): ", e.what(),
-               ". If ranks run on several hosts, set OMT_BIND_ADDRESS (or OMT_IFACE) so "
-               "peers can reach this one; check firewalls.");
+      // that returned and closed its sockets at once would cut a peer still reading its
+      // handshake. So every rank waits for every verdict (they come after both meshes).
+      for (int r = 0; error.empty() && r < size_; ++r) {
+        while (error.empty() && !store_->check({ok[r]})) {
+          if (store_->check({failed[r]})) error = "rank " + std::to_string(r) + " gave up this connection attempt";
+          else if (Clock::now() >= deadline) error = "rank " + std::to_string(r) + " gave no verdict in time";
+          else std::this_thread::sleep_for(milliseconds(2));
+        }
+      }
+      if (error.empty()) break;
+      context_.reset();  // closes this attempt's connections: peers blocked on them fail now
+      health_.reset();
+      if (attempt == kMeshAttempts || Clock::now() >= deadline) {
+        OMT_FAIL(kCommunication, "gloo connect failed on rank ", rank_, " of ", size_, " after ",
+                 seconds_since(start), " s and ", attempt, attempt == 1 ? " attempt" : " attempts",
+                 " (listening on ", where, "): ", error,
+                 ". If ranks run on several hosts, set OMT_BIND_ADDRESS (or OMT_IFACE) so "
+                 "peers can reach this one; check firewalls.");
+      }
+      std::fprintf(stderr,
+                   "onnx-mirror: warning: gloo connection attempt %d of %d failed on rank %d of %d (%s); "
+                   "dropping its connections and connecting again on fresh ports (a connection from "
+                   "outside the job to a rendezvous port does this).\n",
+                   attempt, kMeshAttempts, rank_, size_, first_line.c_str());
     }
     probe_bytes_.resize(8);
     probe_buffer_ = health_->createUnboundBuffer(probe_bytes_.data(), probe_bytes_.size());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "collectives/rendezvous/auth.h"
 #include "collectives/rendezvous/store.h"
 #include "common/error.h"
 
@@ -94,11 +95,18 @@ RendezvousConfig rendezvous_from_env(const Getenv& getenv) {
               "' is not a positive number of seconds (e.g. OMT_TIMEOUT_S=60).");
     config.timeout = std::chrono::milliseconds(static_cast<long>(seconds * 1000.0));
   }
+  // Note [Run secret]: checked for length only, and never echoed.
+  if (const char* secret = lookup(getenv, "OMT_RUN_SECRET")) {
+    config.secret = secret;
+    OMT_CHECK(config.secret.size() >= kMinRunSecretLength, kInvalidArgument, "OMT_RUN_SECRET has ",
+              config.secret.size(), " characters; it needs at least ", kMinRunSecretLength,
+              ". Use a random one per run, e.g. OMT_RUN_SECRET=$(openssl rand -hex 32), the same for every rank.");
+  }
   return config;
 }
 
 std::shared_ptr<Store> open_config_store(const RendezvousConfig& config) {
-  if (config.store) return config.store;
+  if (config.store) return config.world_size > 1 ? authenticated_store(config.store, config.secret) : config.store;
   if (config.store_url.empty()) {
     OMT_CHECK(config.world_size == 1, kInvalidArgument, "rank ", config.rank, " of ",
               config.world_size,
@@ -106,7 +114,8 @@ std::shared_ptr<Store> open_config_store(const RendezvousConfig& config) {
               "(OMT_STORE=file:/dir or redis://host:port).");
     return make_in_process_store();
   }
-  return open_store(config.store_url, config.timeout);
+  std::shared_ptr<Store> store = open_store(config.store_url, config.timeout);
+  return config.world_size > 1 ? authenticated_store(store, config.secret) : store;
 }
 
 }  // namespace omt

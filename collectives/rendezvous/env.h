@@ -33,6 +33,10 @@ struct RendezvousConfig {
   // Which launcher the values came from ("OMT_*", "OpenMPI", "Slurm", "defaults"),
   // for error messages.
   std::string source = "defaults";
+  // Note [Run secret]: OMT_RUN_SECRET. When set, every store record this rank writes carries
+  // an HMAC-SHA256 under it and every record it reads must carry a valid one; empty: records
+  // are plain (and a tagged one is refused). Never printed.
+  std::string secret;
 };
 
 // Environment variables, first match wins:
@@ -44,13 +48,15 @@ struct RendezvousConfig {
 //                      "job")
 //   listen address:    OMT_BIND_ADDRESS (default 127.0.0.1), OMT_IFACE
 //   timeout:           OMT_TIMEOUT_S (seconds, default 60)
+//   run secret:        OMT_RUN_SECRET (at least 16 characters; --nproc makes one per run)
 // Throws kInvalidArgument naming the variable and the fix when a value is malformed.
 RendezvousConfig rendezvous_from_env();
 // Same, reading variables through `getenv` (tests pass a map).
 RendezvousConfig rendezvous_from_env(const std::function<const char*(const char*)>& getenv);
 
 // The store a config names: `store` if set, else open_store(store_url). A world of one
-// needs none and gets an in-process store.
+// needs none and gets an in-process store. In a larger world it is wrapped by
+// authenticated_store(config.secret) (Note [Run secret]).
 std::shared_ptr<Store> open_config_store(const RendezvousConfig& config);
 
 }  // namespace omt

@@ -77,7 +77,11 @@ struct TrainerOptions {
   // through `collectives` ("gloo" or "nccl"), blocking until every rank has arrived. Every
   // process then builds its Trainer and calls fit with the same options; replicas counts
   // the replicas of each process. A collective that waits longer than timeout_s (a dead or
-  // silent peer) fails with kCommunication on every surviving rank.
+  // silent peer) fails with kCommunication on every surviving rank. Before any collective
+  // carries data the constructor, and fit again, compare every process's model and options
+  // with process 0's and throw kInvalidArgument on every process naming the ranks and fields
+  // that differ (Note [Configuration fingerprint]). OMT_RUN_SECRET, when set, authenticates
+  // the rendezvous (Note [Run secret]; README, "Several processes").
   bool join_world = false;
   std::string collectives = "gloo";
   double timeout_s = 60;

@@ -1,4 +1,5 @@
-// RendezvousConfig from OMT_*, OpenMPI and Slurm variables; store URLs; the file store.
+// RendezvousConfig from OMT_*, OpenMPI and Slurm variables; store URLs; the file store; the
+// run secret's authenticated records and the configuration check (ranks as threads).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -7,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include "collectives/rendezvous/auth.h"
+#include "collectives/rendezvous/config_check.h"
 #include "collectives/rendezvous/env.h"
 #include "collectives/rendezvous/store.h"
 #include "common/error.h"
@@ -151,6 +154,145 @@ TEST(Store, InProcessStoreIsSharedBetweenThreads) {
   });
   EXPECT_EQ(store->wait_get("k", 2s), std::vector<char>{'1'});
   writer.join();
+}
+
+// ---------------------------------------------------------------------------------------
+// Note [Run secret]
+
+const std::string kSecret = "0123456789abcdef0123456789abcdef";
+
+std::string text(const std::vector<char>& v) { return std::string(v.begin(), v.end()); }
+std::vector<char> bytes(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
+
+// The error a get() throws, "" when it returns.
+std::string get_error(Store& store, const std::string& key) {
+  try {
+    store.get(key);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunSecret, DigestsMatchKnownValues) {
+  Sha256 h;
+  h.update("abc", 3);
+  EXPECT_EQ(h.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // RFC 4231 test case 2.
+  const std::string mac = hmac_sha256("Jefe", "what do ya want for nothing?", 28);
+  ASSERT_EQ(mac.size(), 32u);
+  EXPECT_EQ(static_cast<unsigned char>(mac[0]), 0x5b);
+  EXPECT_EQ(static_cast<unsigned char>(mac[31]), 0x43);
+  EXPECT_TRUE(equal_constant_time("abc", "abc"));
+  EXPECT_FALSE(equal_constant_time("abc", "abd"));
+  EXPECT_FALSE(equal_constant_time("abc", "ab"));
+}
+
+TEST(RunSecret, EnvironmentGivesTheSecretAndNeverEchoesIt) {
+  EXPECT_EQ(from({}).secret, "");
+  EXPECT_EQ(from({{"OMT_RUN_SECRET", kSecret}}).secret, kSecret);
+  const std::string e = error_of({{"OMT_RUN_SECRET", "short-secret"}});
+  EXPECT_NE(e.find("OMT_RUN_SECRET has 12 characters"), std::string::npos) << e;
+  EXPECT_EQ(e.find("short-secret"), std::string::npos) << e;
+}
+
+TEST(RunSecret, RecordsRoundTripAndForgedOnesAreRefused) {
+  auto shared = make_in_process_store();
+  auto a = authenticated_store(shared, kSecret);
+  a->set("omt/job/join/0", bytes("pid 1"));
+  EXPECT_EQ(text(a->get("omt/job/join/0")), "pid 1");
+  EXPECT_NE(text(shared->get("omt/job/join/0")), "pid 1");  // stored with its tag
+
+  // Another secret, no secret, a plain record, random bytes, a record copied to another key.
+  auto other = authenticated_store(shared, kSecret + "x");
+  std::string e = get_error(*other, "omt/job/join/0");
+  EXPECT_NE(e.find("not authenticated by this run's secret"), std::string::npos) << e;
+  EXPECT_EQ(e.find(kSecret), std::string::npos) << e;
+  auto none = authenticated_store(shared, "");
+  e = get_error(*none, "omt/job/join/0");
+  EXPECT_NE(e.find("this rank has no OMT_RUN_SECRET"), std::string::npos) << e;
+  shared->set("omt/job/join/1", bytes("plain"));
+  e = get_error(*a, "omt/job/join/1");
+  EXPECT_NE(e.find("'omt/job/join/1'"), std::string::npos) << e;
+  EXPECT_NE(e.find("without OMT_RUN_SECRET"), std::string::npos) << e;
+  std::vector<char> noise(300);
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>(i * 131 + 7);
+  shared->set("omt/job/join/2", noise);
+  EXPECT_NE(get_error(*a, "omt/job/join/2"), "");
+  shared->set("omt/job/join/3", shared->get("omt/job/join/0"));
+  EXPECT_NE(get_error(*a, "omt/job/join/3"), "");
+  // Without a secret plain records pass as before.
+  EXPECT_EQ(text(none->get("omt/job/join/1")), "plain");
+}
+
+// ---------------------------------------------------------------------------------------
+// Note [Configuration fingerprint]
+
+TEST(ConfigCheck, EncodingRoundTripsAndDifferencesNameRankFieldAndBothValues) {
+  const ConfigFields f = {{"seed", "1"}, {"regex", "a=b\\n\nc"}, {"empty", ""}};
+  EXPECT_EQ(decode_config(encode_config(f)), f);
+  const ConfigFields r0 = {{"seed", "1"}, {"lr", "0.05"}, {"model", "ab"}};
+  const ConfigFields r1 = {{"seed", "7"}, {"lr", "0.1"}, {"model", "ab"}};
+  const ConfigFields r2 = {{"seed", "1"}, {"model", "cd"}, {"extra", "x"}};
+  EXPECT_EQ(config_differences({r0, r0, r0}), "");
+  EXPECT_EQ(config_differences({r0, r1, r2}),
+            "rank 1 differs from rank 0: seed 7 vs 1; lr 0.1 vs 0.05. "
+            "rank 2 differs from rank 0: lr (none) vs 0.05; model cd vs ab; extra x vs (none)");
+}
+
+// Ranks as threads on one store: each returns its error ("" when none).
+std::vector<std::string> check_all(const std::vector<ConfigFields>& fields, std::chrono::milliseconds timeout = 5s) {
+  auto store = make_in_process_store();
+  const int n = static_cast<int>(fields.size());
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      RendezvousConfig c;
+      c.rank = r;
+      c.world_size = n;
+      c.store = store;
+      c.timeout = timeout;
+      c.secret = kSecret;
+      try {
+        ConfigCheck(c).check("trainer", fields[r]);
+      } catch (const Error& e) {
+        errors[r] = std::string(error_kind_name(e.kind())) + ": " + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(ConfigCheck, AMismatchFailsOnEveryRankNamingTheFields) {
+  const ConfigFields same = {{"model", "ab"}, {"seed", "1"}, {"lr", "0.05"}};
+  for (const auto& e : check_all({same, same, same})) EXPECT_EQ(e, "");
+  const ConfigFields other = {{"model", "ab"}, {"seed", "7"}, {"lr", "0.1"}};
+  const auto errors = check_all({same, other, same});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("rank 1 differs from rank 0: seed 7 vs 1; lr 0.1 vs 0.05"), std::string::npos)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find(error_kind_name(ErrorKind::kInvalidArgument)), std::string::npos) << errors[r];
+    EXPECT_EQ(errors[r].find("rank 2 differs"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(ConfigCheck, ARankThatNeverPublishesIsNamedWithinTheTimeout) {
+  auto store = make_in_process_store();
+  RendezvousConfig c;
+  c.rank = 0;
+  c.world_size = 3;
+  c.store = store;
+  c.timeout = 200ms;
+  try {
+    ConfigCheck(c).check("trainer", {{"seed", "1"}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
+    EXPECT_NE(std::string(e.what()).find("ranks 1, 2 have not published"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
