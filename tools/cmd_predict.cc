@@ -68,6 +68,7 @@ int run_predict(const PredictArgs& a) {
     // Note [Inputs from arrays]: by name or --input, integer arrays converted, every input
     // left without an array named at once; arrays no input reads (labels) are not fed.
     onnx_mirror::Dataset d;
+    d.source = a.data;
     for (auto& [name, t] : onnx_mirror::read_arrays(a.data)) d.inputs.emplace(name, std::move(t));
     onnx_mirror::Tensors bound = model.prepare_inputs(d, parse_input_maps(a.input_maps));
     for (const auto& in : inputs) feeds.emplace_back(in.name, bound.at(in.name));
