@@ -42,9 +42,9 @@ save("oom_concat_doubling_chain",
      [helper.make_tensor_value_info("x", TensorProto.INT64, [1000])],
      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
 
-# Within the bounds: a 1-D float input of 500,000 elements into Add and Cast imports.
+# Within the bounds: a 1-D float input of 100,000 elements into Add and Cast imports.
 save("long_1d_add_within_budget",
      [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=TensorProto.DOUBLE)],
-     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [500000]),
-      helper.make_tensor_value_info("b", TensorProto.FLOAT, [500000])],
-     [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [500000])])
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [100000]),
+      helper.make_tensor_value_info("b", TensorProto.FLOAT, [100000])],
+     [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [100000])])
