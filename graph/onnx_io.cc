@@ -525,6 +525,41 @@ std::map<std::string, std::map<std::string, std::string>> initializer_metadata(c
   return out;
 }
 
+// Note [Deduplicated statistics]: torch's legacy exporter shares initializers of equal value,
+// so a fresh model's BatchNorm running_mean (zeros) becomes Identity(bias) and running_var
+// (ones) Identity(weight). Statistics are state that training updates, never tied to a
+// parameter: a statistic read only by its BatchNormalization through an Identity of an
+// initializer becomes an initializer of its own (a copy), and the Identity goes.
+void untie_batchnorm_statistics(Graph& graph) {
+  std::map<std::string, int> readers;
+  for (const auto& n : graph.nodes)
+    for (const auto& in : n.inputs) ++readers[in];
+  for (const auto& o : graph.outputs) ++readers[o.name];
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    for (const auto& out : graph.nodes[i].outputs) producer[out] = i;
+  std::set<size_t> dropped;
+  for (const auto& n : graph.nodes) {
+    if (!n.domain.empty() || n.op_type != "BatchNormalization" || n.inputs.size() != 5) continue;
+    for (size_t k = 3; k < 5; ++k) {
+      const std::string& stat = n.inputs[k];
+      const auto p = producer.find(stat);
+      if (p == producer.end() || readers[stat] != 1 || dropped.count(p->second)) continue;
+      const Node& id = graph.nodes[p->second];
+      if (!id.domain.empty() || id.op_type != "Identity" || id.inputs.size() != 1 ||
+          !graph.initializers.has(id.inputs[0]))
+        continue;
+      graph.initializers.set(stat, graph.initializers.at(id.inputs[0]).clone());
+      dropped.insert(p->second);
+    }
+  }
+  if (dropped.empty()) return;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!dropped.count(i)) kept.push_back(std::move(graph.nodes[i]));
+  graph.nodes = std::move(kept);
+}
+
 Graph graph_from_proto(const onnx::GraphProto& g, const std::string& base_dir,
                        const std::string& source) {
   Graph graph;
@@ -549,6 +584,7 @@ Graph graph_from_proto(const onnx::GraphProto& g, const std::string& base_dir,
     attributes_from_proto(n, node.attrs, base_dir, source);
     graph.nodes.push_back(std::move(node));
   }
+  untie_batchnorm_statistics(graph);  // Note [Deduplicated statistics]
   topological_sort(graph);
   return graph;
 }

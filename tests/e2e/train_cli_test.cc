@@ -233,6 +233,34 @@ TEST(TrainCli, TokenAndMultiInputTrainingMatchesTorch) {
   }
 }
 
+// Note [Deduplicated statistics] in graph/onnx_io.cc: a fresh Conv-BN net from torch's legacy
+// exporter reads its running statistics through Identity(bias) and Identity(weight); it trains
+// (was: "running mean and variance must be initializers"), and grad's loss and gradients in
+// training mode are torch's (tests/reference/dedup_bn/make_dedup_bn.py).
+TEST(TrainCli, DeduplicatedBatchNormStatisticsTrainAsTorch) {
+  const std::string base = source_path("tests/data/dedup_bn/");
+  test::TempDir dir;
+  const auto g = run_tool("grad " + base + "conv_bn_legacy.onnx --data " + base + "batch.npz --output " + dir.file("g.npz"));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const NamedTensors got = read_npz(dir.file("g.npz")), ref = read_npz(base + "ref.npz");
+  EXPECT_NEAR(got.at("loss").value_as_double(0), ref.at("loss").value_as_double(0), 1e-5);
+  int compared = 0;
+  for (const auto& name : ref.names()) {
+    if (name.rfind("grad/", 0) != 0) continue;
+    const Tensor& want = ref.at(name);
+    const Tensor& have = got.at(name.substr(5));
+    ASSERT_EQ(have.numel(), want.numel()) << name;
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(have.value_as_double(i), want.value_as_double(i), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
+          << name << "[" << i << "]";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);
+  const auto t = run_tool("train " + base + "conv_bn_legacy.onnx --data " + base + "batch.npz --global-batch 6 --steps 2"
+                          " --replicas 2 --output " + dir.file("trained.onnx"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+}
+
 // predict feeds inputs as train does (Note [Inputs from arrays]): by name or --input, arrays
 // no input reads (the labels) left out, every input without an array named at once.
 TEST(TrainCli, PredictBindsInputsByNameOrMapping) {
