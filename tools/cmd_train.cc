@@ -328,7 +328,13 @@ class LocalWorld {
   static constexpr int kGraceSeconds = 5;
 
   void end_children(int grace_s) {
-    for (pid_t pid : children_) kill(pid, SIGTERM);
+    // SIGCONT too: a child stopped with SIGSTOP would hold SIGTERM pending and be killed only
+    // after the grace period; continued, it stops by itself (its peers are gone, so its
+    // collective fails at once).
+    for (pid_t pid : children_) {
+      kill(pid, SIGTERM);
+      kill(pid, SIGCONT);
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace_s);
     std::vector<pid_t> left = children_;
     while (!left.empty()) {
