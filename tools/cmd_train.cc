@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <sstream>
 #include <cmath>
 #include <cerrno>
@@ -586,7 +587,9 @@ void register_train(CLI::App& app) {
     sub->add_flag("--explain-buckets", a->explain_buckets, "print the bucket plan");
     sub->add_option("--check-every", a->check_every, "compare parameter checksums across replicas every K steps")
         ->check(count_in(0, int64_t{1} << 40));
-    sub->add_option("--timeout", a->timeout_s, "seconds before a silent peer is an error")->check(finite_in(0.1, 1e6));
+    auto* timeout = sub->add_option("--timeout", a->timeout_s,
+                                    "seconds before a silent peer is an error (default: OMT_TIMEOUT_S, else 60)")
+                        ->check(finite_in(0.1, 1e6));
     sub->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
     sub->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints")
         ->check(count_in(0, int64_t{1} << 40));
@@ -604,7 +607,20 @@ void register_train(CLI::App& app) {
         ->check(count_in(1, int64_t{1} << 20));
     sub->add_option("--eval-batch", a->eval_batch, "samples per evaluation batch (default: --global-batch)")
         ->check(count_in(0, int64_t{1} << 40));
-    set_action(sub, [a] { return run_train(*a, g_argv); });
+    set_action(sub, [a, timeout] {
+      // Without --timeout, OMT_TIMEOUT_S (the launcher's variable, which the communicator's
+      // messages suggest) sets it for every phase, as for the rendezvous.
+      if (timeout->count() == 0)
+        if (const char* env = std::getenv("OMT_TIMEOUT_S")) {
+          char* end = nullptr;
+          const double s = std::strtod(env, &end);
+          if (end == env || *end != '\0' || !(s >= 0.1 && s <= 1e6))
+            fail(ErrorKind::kInvalidArgument, "OMT_TIMEOUT_S='", env,
+                 "' is not a number of seconds from 0.1 to 1e6 (e.g. OMT_TIMEOUT_S=60)");
+          a->timeout_s = s;
+        }
+      return run_train(*a, g_argv);
+    });
   }
   {
     auto* sub = app.add_subcommand("export-training-graph", "Write the whole training step as an ONNX model");

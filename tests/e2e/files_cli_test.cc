@@ -251,16 +251,23 @@ TEST(TrainSignals, SignalToAnyRankStopsEveryRankWithACheckpoint) {
 // connected, silent) is named by rank, pid and host by the ranks waiting for it, within the
 // timeout plus the launcher's 5 s grace; the launcher exits non-zero and reaps it. Before,
 // the message said only that every connection was open. 6 trials, alternating the child (each
-// takes the 2 s timeout and the 5 s grace: 20 would add two minutes to every test run).
+// takes the 2 s timeout and the 5 s grace: 20 would add two minutes to every test run); every
+// other one takes the timeout from OMT_TIMEOUT_S instead of --timeout, which `train` ignored.
 TEST(TrainSignals, StoppedRankIsNamedWithinTheTimeout) {
   test::TempDir dir;
+  const auto malformed =
+      test::run_command("OMT_TIMEOUT_S=abc " + test::tool_path() + " train " + kMlp + " --data fashion-mnist --steps 1");
+  EXPECT_EQ(malformed.exit_code, 2) << malformed.output;
+  EXPECT_NE(malformed.output.find("OMT_TIMEOUT_S='abc'"), std::string::npos) << malformed.output;
   const std::string data = write_slice(dir, "train.npz", 512);
   for (int trial = 0; trial < 6; ++trial) {
     const int child = trial % 2;
     const std::string metrics = dir.file("run.jsonl");
     fs::remove(metrics);
-    const pid_t launcher = start(test::tool_path() + " train " + kMlp + " --data " + data +
-                                     " --global-batch 48 --nproc 3 --timeout 2 --epochs 1000 --metrics " + metrics,
+    const bool env = trial >= 3;
+    const pid_t launcher = start((env ? "env OMT_TIMEOUT_S=2 " : "") + test::tool_path() + " train " + kMlp +
+                                     " --data " + data + " --global-batch 48 --nproc 3 --epochs 1000 --metrics " +
+                                     metrics + (env ? "" : " --timeout 2"),
                                  dir.file("log.txt"));
     std::vector<pid_t> children;
     for (int i = 0; i < 1500; ++i) {
@@ -287,6 +294,7 @@ TEST(TrainSignals, StoppedRankIsNamedWithinTheTimeout) {
     EXPECT_NE(WEXITSTATUS(status), 0) << log;
     EXPECT_NE(log.find("(pid " + std::to_string(stopped) + " on host"), std::string::npos) << log;
     EXPECT_NE(log.find("did not answer"), std::string::npos) << log;
+    EXPECT_NE(log.find("within 2000 ms"), std::string::npos) << log;
     EXPECT_FALSE(fs::exists("/proc/" + std::to_string(stopped))) << "the stopped rank was left behind";
   }
 }
