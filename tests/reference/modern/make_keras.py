@@ -63,30 +63,17 @@ It writes into tests/data/modern/:
                           its npz keys), in the schema of make_modern.py's *_params.json
 """
 import os
-import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 OUT = os.path.join(REPO, "tests", "data", "modern")
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import omt_venv  # noqa: E402
 VENV = os.environ.get("OMT_KERAS_VENV",
                       os.path.join(os.path.expanduser("~"), ".cache", "onnx-mirror", "venv-keras"))
 PACKAGES = ["tensorflow-cpu", "tf2onnx", "onnx", "onnxruntime", "numpy"]
 
 
-def ensure_venv():
-    """Create the venv if needed and re-exec this script inside it."""
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(os.path.join(VENV, ".omt-complete")):
-        os.makedirs(os.path.dirname(VENV), exist_ok=True)
-        if not os.path.exists(py):
-            subprocess.check_call(["/usr/bin/python3", "-m", "venv", VENV])
-        subprocess.check_call([py, "-m", "pip", "install", "--upgrade", "pip"])
-        subprocess.check_call([py, "-m", "pip", "install"] + PACKAGES)
-        subprocess.check_call([py, "-m", "pip", "check"])
-        open(os.path.join(VENV, ".omt-complete"), "w").close()
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
 
 
 # ----------------------------------------------------------------------------------------
@@ -766,5 +753,5 @@ def main():
 
 
 if __name__ == "__main__":
-    ensure_venv()
+    omt_venv.ensure(__file__, PACKAGES, venv=VENV, check=True)
     main()

@@ -52,29 +52,13 @@ npz keys (float64 unless said):
   variant whose array differs gets <variant>/grad/<init> etc. ref_keys in params.json says.
 """
 import os
-import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 OUT = os.path.join(REPO, "tests", "data", "modern")
-VENV = os.environ.get("OMT_MODERN_VENV",
-                      os.path.join(os.path.expanduser("~"), ".cache", "onnx-mirror", "venv-modern"))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import omt_venv  # noqa: E402
 PACKAGES = ["torch", "torchvision", "transformers", "onnx", "onnxruntime", "onnxscript", "numpy"]
-
-
-def ensure_venv():
-    """Create the venv if needed and re-exec this script inside it."""
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(os.path.join(VENV, ".omt-complete")):
-        os.makedirs(os.path.dirname(VENV), exist_ok=True)
-        if not os.path.exists(py):
-            subprocess.check_call(["/usr/bin/python3", "-m", "venv", VENV])
-        subprocess.check_call([py, "-m", "pip", "install", "--upgrade", "pip"])
-        subprocess.check_call([py, "-m", "pip", "install"] + PACKAGES)
-        open(os.path.join(VENV, ".omt-complete"), "w").close()
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
 
 
 # ----------------------------------------------------------------------------------------
@@ -1166,7 +1150,7 @@ def main(argv):
     print("wrote %s (%d files, %.2f MB)" % (OUT, len(os.listdir(OUT)), total / 1e6))
 
 if __name__ == "__main__":
-    ensure_venv()
+    omt_venv.ensure(__file__, PACKAGES)
     if "--setup-only" in sys.argv:
         sys.exit(0)
     main(sys.argv[1:])
