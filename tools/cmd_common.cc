@@ -103,6 +103,29 @@ onnx_mirror::Dataset load_data(const std::string& spec, const std::string& label
   return onnx_mirror::load_token_file(spec, tokens.dtype, tokens.seq_len);
 }
 
+// Note [Windows longer than the positions]: an input declared [batch, T] with a fixed T has
+// --seq-len checked against T when the data is bound (Note [Token files]). An export with a
+// symbolic sequence length accepts any --seq-len there, and a window longer than the model's
+// position table would fail only inside step 1, where a Gather reads past the table. So the
+// first window runs through the forward pass before training or evaluation starts; a failure
+// is reported as a --seq-len problem, with the model's own error (the node and the index
+// that is out of range) inside it. It costs one forward pass of one window.
+void check_window_length(onnx_mirror::Model& model, const onnx_mirror::Dataset& data,
+                         const std::map<std::string, std::string>& input_map, const onnx_mirror::Preprocess& preprocess) {
+  if (!data.token_file || data.size() == 0) return;
+  const onnx_mirror::Tensors window = model.prepare_inputs(data.slice(0, 1), input_map, preprocess);
+  int64_t seq_len = 0;
+  for (const auto& [name, t] : window)
+    if (t.rank() == 2) seq_len = t.dim(1);
+  try {
+    model.predict(window);
+  } catch (const onnx_mirror::Error& e) {
+    fail(onnx_mirror::ErrorKind::kInvalidArgument, "token file '", data.source, "': one window of --seq-len ", seq_len,
+         " tokens does not run through the model: ", e.what(),
+         ". A model made for fewer positions fails this way: pass a --seq-len no longer than its position table");
+  }
+}
+
 std::map<std::string, std::string> parse_input_maps(const std::vector<std::string>& options) {
   std::map<std::string, std::string> map;
   for (const auto& m : options) {

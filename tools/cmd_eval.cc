@@ -53,6 +53,7 @@ int run_eval(const EvalArgs& a) {
   o.ignore_index = a.ignore_index;
   o.shift_labels = a.shift_labels;
   o.input_map = parse_input_maps(a.input_maps);
+  check_window_length(model, d, o.input_map, o.preprocess);  // Note [Windows longer than the positions]
   const onnx_mirror::EvalResult r = model.evaluate(d, o);
   if (r.tokens) {  // the text of train's summary for token labels
     std::cout << std::fixed << std::setprecision(4) << d.source << ": " << r.samples << " samples, " << r.positions

@@ -375,6 +375,8 @@ int run_train(const TrainArgs& a, char** argv) {
   // checks it first): one sample of each set through the preprocessing.
   model.prepare_inputs(train.slice(0, std::min<int64_t>(train.size(), 1)), config.inputs, config.preprocess);
   if (val) model.prepare_inputs(val->slice(0, std::min<int64_t>(val->size(), 1)), config.inputs, config.preprocess);
+  check_window_length(model, train, config.inputs, config.preprocess);  // Note [Windows longer than the positions]
+  if (val) check_window_length(model, *val, config.inputs, config.preprocess);
   onnx_mirror::Trainer trainer(model, options);
   const onnx_mirror::FitReport r = trainer.fit(train, val.get(), config);
   const int status = r.interrupted ? 130 : 0;

@@ -10,6 +10,7 @@
 
 #include "onnx_mirror/data.h"
 #include "onnx_mirror/errors.h"
+#include "onnx_mirror/model.h"
 
 namespace omt::tools {
 
@@ -56,6 +57,10 @@ bool is_token_file(const std::string& spec);
 // SPEC as onnx_mirror::load_dataset reads it, or a token file as load_token_file maps it.
 // Exit 2 for a token file without --seq-len, and for --seq-len with data of another kind.
 onnx_mirror::Dataset load_data(const std::string& spec, const std::string& labels, const TokenArgs& tokens);
+// Runs the first window of a token file through `model` (nothing for other data); exit 2,
+// naming --seq-len, when it fails (Note [Windows longer than the positions]).
+void check_window_length(onnx_mirror::Model& model, const onnx_mirror::Dataset& data,
+                         const std::map<std::string, std::string>& input_map, const onnx_mirror::Preprocess& preprocess);
 
 int run_selected(CLI::App& app);
 

@@ -503,6 +503,37 @@ TEST(TrainCli, TokenFileErrorsNameTheProblem) {
   expect_exit(train + dir.file("fifo.bin") + " --seq-len 12", 5, {"fifo.bin", "a FIFO"});
 }
 
+// Note [Windows longer than the positions]: GPT-2 exported with a symbolic sequence length
+// (16 positions) trains on windows of any length up to 16, as the fixed-length export does on
+// its 12; a longer --seq-len is named before step 1 by train and by eval, with the node that
+// read past the position table.
+TEST(TrainCli, DynamicSequenceExportRefusesWindowsLongerThanItsPositions) {
+  test::TempDir dir;
+  const std::string base = source_path("tests/data/tokens/gpt2_lm");
+  const std::string u16 = write_gpt2_tokens(dir, DType::kUInt16);  // 96 tokens
+  const std::string lm = " --shift-labels --ignore-index 0 --no-shuffle --optimizer sgd --lr 0.1";
+  auto train = [&](const std::string& model, const std::string& extra) {
+    const auto r = run_tool("train " + model + " --data " + u16 + lm + extra + " --metrics " + dir.file("run.jsonl") +
+                            " --output " + dir.file("trained.onnx"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return step_losses(dir.file("run.jsonl"));
+  };
+  const std::string twelve = " --seq-len 12 --global-batch 8 --steps 3";
+  const std::vector<double> fixed = train(base + ".onnx", twelve);
+  const std::vector<double> dynamic = train(base + "_dynamic_seq.onnx", twelve);
+  ASSERT_EQ(dynamic.size(), 3u);
+  ASSERT_EQ(fixed.size(), 3u);
+  for (size_t i = 0; i < fixed.size(); ++i) EXPECT_NEAR(dynamic[i], fixed[i], 1e-5 * fixed[i]) << "step " << i + 1;
+  EXPECT_EQ(train(base + "_dynamic_seq.onnx", " --seq-len 16 --global-batch 2 --steps 2").size(), 2u);
+  for (const std::string& cmd : {"train " + base + "_dynamic_seq.onnx --steps 1 --global-batch 2", "eval " + base + "_dynamic_seq.onnx"}) {
+    const auto r = run_tool(cmd + " --shift-labels --data " + u16 + " --seq-len 17");
+    EXPECT_EQ(r.exit_code, 2) << cmd << "\n" << r.output;
+    expect_failure(r, {"gpt2_uint16.bin", "--seq-len 17", "does not run through the model", "out of range",
+                       "pass a --seq-len no longer than its position table"});
+    EXPECT_EQ(r.output.find("epoch 1"), std::string::npos) << r.output;
+  }
+}
+
 TEST(TrainCli, TrainingErrorsNameTheProblem) {
   test::TempDir dir;
   const NamedTensors ref = read_npz(source_path("tests/reference/mlp.npz"));

@@ -14,6 +14,8 @@ Two tiny Hugging Face models, seeded random init, dropout 0, exported with the d
 
   gpt2_lm.onnx    GPT2LMHeadModel (vocab 48, 16 positions, 2 layers, tied embeddings);
                   input input_ids [B, 12], output logits [B, 12, 48]
+  gpt2_lm_dynamic_seq.onnx  the same model with a symbolic sequence length too: input_ids
+                  [B, T] for T up to its 16 positions (`--seq-len` longer than them is refused)
   gpt2_data.npz   input_ids int64 [8, 12], sequences of uneven length padded with token 0;
                   labels int64 [8, 12]: the ids, -100 at the padding
   gpt2_ref.npz    torch's training on the whole batch with the causal-LM loss
@@ -43,6 +45,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 OUT = os.path.join(REPO, "tests", "data", "tokens")
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import omt_venv  # noqa: E402
+
+PACKAGES = ["torch", "transformers", "onnx", "onnxruntime", "onnxscript", "numpy"]
 
 
 SEED = 1234
@@ -121,9 +125,12 @@ def main():
                 ref[name + "/logits"] = m.eval()(*args).numpy()
         return ref
 
-    def export(model, feeds, path):
+    def export(model, feeds, path, positions=None):
         batch = torch.export.Dim("batch", min=1, max=1024)
         shapes = {k: {0: batch} for k in feeds}
+        if positions:  # a symbolic sequence length too, up to the model's positions
+            seq = torch.export.Dim("seq", min=2, max=positions)
+            shapes = {k: {0: batch, 1: seq} for k in feeds}
         torch.onnx.export(model.eval(), tuple(feeds.values()), path, dynamo=True, dynamic_shapes=shapes,
                           input_names=list(feeds), output_names=["logits"])
         mp = onnx.load(path)
@@ -152,6 +159,7 @@ def main():
         labels[i, n:] = -100
     feeds = {"input_ids": ids}
     export(gpt, feeds, os.path.join(OUT, "gpt2_lm.onnx"))
+    export(gpt, feeds, os.path.join(OUT, "gpt2_lm_dynamic_seq.onnx"), positions=16)
     np.savez(os.path.join(OUT, "gpt2_data.npz"), input_ids=ids.numpy(), labels=labels.numpy())
     np.savez(os.path.join(OUT, "gpt2_ref.npz"), **reference(gpt, feeds, labels, lm_loss))
 
