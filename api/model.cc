@@ -226,7 +226,7 @@ EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOpti
   target.class_axis = o.class_axis;
   target.ignore_index = o.ignore_index;
   const int run_threads = o.threads_per_replica > 0 ? o.threads_per_replica : std::max(threads, 1);
-  // omt::evaluate (runtime/fit.cc), so that `eval` reproduces fit's numbers.
+  // omt::evaluate (runtime/evaluate.cc), so that `eval` reproduces fit's numbers.
   const omt::EvalResult ev = omt::evaluate(
       [&](const omt::NamedTensors& feeds) { return predict_locked(feeds, o.replicas, run_threads); }, inputs, labels,
       o.chunk, target);
