@@ -61,7 +61,7 @@ struct Trainer::Impl {
   omt::MirroredTrainer& trainer() { return trainer(mirror); }
 
   // Cuts a global batch into one contiguous shard per replica.
-  std::vector<omt::ReplicaBatch> shard(const omt::NamedTensors& inputs, const omt::Tensor& labels) {
+  std::vector<omt::ReplicaBatch> shard(const omt::NamedTensors& inputs, const omt::Tensor& labels) const {
     OMT_CHECK(labels.defined() && labels.rank() >= 1, kInvalidArgument,
               "step needs labels with a batch dimension first, got ", labels.defined() ? labels.describe() : "nothing");
     const int64_t batch = labels.dim(0);
