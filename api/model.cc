@@ -81,17 +81,8 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   if (static_cast<int>(sessions.size()) != replicas || threads != threads_per_replica) {
     sessions.clear();
     // The inference graph: live parameters become inputs (Note [One parameter store]).
-    auto plan = std::make_shared<omt::Model>(*model);
-    for (const auto& name : live) {
-      const omt::Tensor t = plan->graph.initializers.at(name);
-      plan->graph.initializers.erase(name);
-      omt::ValueInfo vi;
-      vi.name = name;
-      vi.dtype = t.dtype();
-      vi.shape.emplace();
-      for (int64_t d : t.shape()) vi.shape->push_back(omt::Dim{d, ""});
-      plan->graph.inputs.push_back(vi);
-    }
+    auto plan = std::make_shared<omt::Model>(
+        omt::parameters_as_inputs(*model, std::vector<std::string>(live.begin(), live.end())));
     // A model that trains predicts as torch's eval() does (Note [Trained models are inference models]).
     if (trained) omt::make_inference_mode(plan->graph);
     omt::SessionOptions so;
@@ -226,7 +217,7 @@ EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOpti
   target.class_axis = o.class_axis;
   target.ignore_index = o.ignore_index;
   const int run_threads = o.threads_per_replica > 0 ? o.threads_per_replica : std::max(threads, 1);
-  // omt::evaluate (runtime/fit.cc), so that `eval` reproduces fit's numbers.
+  // omt::evaluate (runtime/evaluate.cc), so that `eval` reproduces fit's numbers.
   const omt::EvalResult ev = omt::evaluate(
       [&](const omt::NamedTensors& feeds) { return predict_locked(feeds, o.replicas, run_threads); }, inputs, labels,
       o.chunk, target);

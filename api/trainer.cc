@@ -1,13 +1,11 @@
-// Trainer: a MirroredTrainer whose replica 0 trains the Model's own parameter store (Note
-// [One parameter store] in model.cc); fit runs omt::fit on the same store. On a GPU with one
-// replica in one process, step() uses a single-replica omt::Trainer instead (Note [Training
-// on a device]).
+// Trainer: one MirroredTrainer per model, whose replica 0 trains the Model's own parameter
+// store (Note [One parameter store] in model.cc); step(), fit (omt::fit driving it),
+// checkpoints and resume all run on it (Note [One trainer per model]).
 #include "onnx_mirror/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <ostream>
 
 #include "api/internal.h"
@@ -16,6 +14,7 @@
 #include "graph/onnx_io.h"
 #include "graph/training.h"
 #include "runtime/checkpoint.h"
+#include "runtime/config_fingerprint.h"
 #include "runtime/fit.h"
 #include "runtime/mirrored_trainer.h"
 #include "runtime/predictor.h"
@@ -27,22 +26,39 @@ using detail::guarded;
 using detail::to_internal;
 using detail::to_public;
 
+// Note [One trainer per model]: a Trainer owns one omt::MirroredTrainer (one replica on a
+// GPU is its R = 1 case), and step(), fit(), resume() and save_checkpoint() all drive it, so
+// parameters, optimizer state (Adam's moments, momentum) and the step count carry on from
+// one call to the next: a step() after fit continues fit's optimizer state. Its replicas
+// are built on first use, because a MirroredTrainer fixes at construction what fit's config
+// chooses: the dropout seed, the stop flag and whether it records a trace. The first fit
+// builds them with its own (omt::fit_mirror_options); a step, resume or checkpoint before
+// any fit builds them with none. A later fit runs on the same replicas, whose seed still
+// draws the dropout masks; asking it for another stop flag or for a trace they do not record
+// is kInvalidArgument. The constructor builds the training graph alone, so that its errors
+// (ops without gradients, regexes that select nothing) come at once, and in a world it
+// compares the trainer's configuration across processes (Note [Configuration fingerprint]).
 struct Trainer::Impl {
   std::shared_ptr<Model::Impl> model;  // shared: the store outlives a destroyed Model handle
   TrainerOptions options;
   omt::TrainingSpec spec;
-  omt::MirrorOptions mirror;
-  std::unique_ptr<omt::MirroredTrainer> mt;
-  // Note [Training on a device]: on a GPU with one replica in one process, step() runs an
-  // omt::Trainer whose parameters and optimizer state live on the device. After every step
-  // (and resume) the trained parameters and BatchNorm statistics are downloaded into the
-  // store in place, so predict, parameter() and save see them as on the CPU. fit, and several
-  // replicas or processes, run a MirroredTrainer on the GPUs (Note [Replicas on GPUs] in
-  // runtime/mirrored_trainer.cc), which writes the store back after every step the same way;
-  // after fit the single trainer reloads the store.
-  std::unique_ptr<omt::Trainer> single;
+  omt::MirrorOptions mirror;  // shared_parameters: replica 0 trains the store (Note [One parameter store])
+  std::vector<std::string> trainable, frozen;
+  std::unique_ptr<omt::MirroredTrainer> mt;  // built on first use
+  omt::MirrorOptions built_with;             // what `mt` was built with
   float lr = 0;
   int rank = 0, processes = 1;  // this process in its world (join_world)
+
+  // The trainer; built with `run` (fit's options) when there is none yet.
+  omt::MirroredTrainer& trainer(const omt::MirrorOptions& run) {
+    if (!mt) {
+      built_with = run;
+      built_with.config_check = nullptr;  // the constructor compared the trainer's fields
+      mt = std::make_unique<omt::MirroredTrainer>(model->model, spec, built_with);
+    }
+    return *mt;
+  }
+  omt::MirroredTrainer& trainer() { return trainer(mirror); }
 
   // Cuts a global batch into one contiguous shard per replica.
   std::vector<omt::ReplicaBatch> shard(const omt::NamedTensors& inputs, const omt::Tensor& labels) const {
@@ -54,7 +70,7 @@ struct Trainer::Impl {
       OMT_CHECK(inputs.at(name).rank() >= 1 && inputs.at(name).dim(0) == batch, kInvalidArgument, "input '", name,
                 "' is ", inputs.at(name).describe(), " but the labels hold ", batch,
                 " samples; every input needs the same batch dimension as the labels");
-    const int R = mt->local_replicas();
+    const int R = options.replicas;
     const bool count = omt::loss_takes_class_labels(spec.loss);  // Note [Targets of any shape]
     std::vector<omt::ReplicaBatch> shards(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) {
@@ -64,47 +80,6 @@ struct Trainer::Impl {
       if (count) shards[r].loss_count = omt::counted_labels(shards[r].labels, spec.ignore_index);
     }
     return shards;
-  }
-
-  const omt::TrainingGraph& training_graph() const { return single ? single->training_graph() : mt->training_graph(); }
-  int local_replicas() const { return single ? 1 : mt->local_replicas(); }
-
-  // Store entries the trainer writes: trained parameters and BatchNorm running statistics.
-  std::vector<std::string> written() const {
-    std::vector<std::string> out;
-    for (const auto& p : training_graph().params) out.push_back(p.name);
-    if (!single) {
-      for (const auto& s : mt->plan().batchnorm_states) out.push_back(s);
-    } else {
-      for (const auto& s : single->training_graph().states)
-        if (s.kind == "running_mean" || s.kind == "running_var") out.push_back(s.name);
-    }
-    return out;
-  }
-
-  // Note [Training on a device]: the device trainer's values into the store, in place.
-  void download_to_store() {
-    auto& store = model->model->graph.initializers;
-    for (const auto& name : written()) {
-      const omt::Tensor& v = single->parameters().has(name) ? single->parameters().at(name) : single->state().at(name);
-      omt::Tensor& slot = store.at(name);
-      OMT_ASSERT(slot.nbytes() == v.nbytes() && slot.on_host(), "store entry '", name, "' does not fit ", v.describe());
-      single->backend().copy_to_host(v, slot.raw());
-    }
-  }
-
-  // After fit (its own MirroredTrainer on the same store): replicas 1..N-1 copy the store
-  // again and the optimizer state starts fresh, so step() continues from fit's result.
-  void resync(int64_t steps) {
-    const omt::TrainingGraph& tg = training_graph();
-    const auto& store = model->model->graph.initializers;
-    omt::NamedTensors params, state;
-    for (const auto& p : tg.params) params.set(p.name, store.at(p.name));
-    for (const auto& s : tg.states) state.set(s.name, store.has(s.name) ? store.at(s.name) : s.initial);
-    if (single)
-      single->load(params, state, steps);
-    else
-      mt->load(params, state, steps);
   }
 };
 
@@ -193,9 +168,9 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
       t.mirror.local_process = rc.local_rank;  // its cores, and on GPUs its GPUs
       if (rc.world_size > 1) {
         t.mirror.comm = omt::make_communicator(options.collectives, rc);
-        // Note [Configuration fingerprint]: every MirroredTrainer of this world (this one, and
-        // fit's, which adds lr, batch, seed and the data) compares the processes'
-        // configurations before its first collective. (step() is refused in a world.)
+        // Note [Configuration fingerprint]: the constructor compares the trainer's fields, and
+        // fit its own (lr, batch, seed, the data), before the first collective. (step() is
+        // refused in a world.)
         t.mirror.config_check = std::make_shared<omt::ConfigCheck>(rc);
       }
     }
@@ -207,18 +182,19 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     t.mirror.session.device = options.device;
     // Share the whole store; the trainer adopts (on a GPU: writes back) what it trains.
     t.mirror.shared_parameters = t.model->model->graph.initializers;
-    if (options.device != "cpu" && options.replicas == 1 && t.processes == 1) {
-      // Note [Training on a device].
-      omt::SessionOptions so;
-      so.device = options.device;
-      so.num_threads = std::max(1, options.threads_per_replica);
-      OMT_CHECK(!(options.clip_grad_norm > 0), kUnsupported,
-                "TrainerOptions::clip_grad_norm runs on CPU replicas only so far; train on the CPU or without clipping");
-      t.single = std::make_unique<omt::Trainer>(t.model->model, t.spec, so);
-    } else {
-      t.mt = std::make_unique<omt::MirroredTrainer>(t.model->model, t.spec, t.mirror);
-    }
-    t.model->set_live(t.written());
+    // Note [One trainer per model]: the graph now, the replicas on first use.
+    omt::TrainingSpec with_optimizer = t.spec;
+    with_optimizer.with_optimizer = true;
+    const omt::TrainingGraph tg = omt::build_training_graph(*t.model->model, with_optimizer);
+    if (t.mirror.config_check && t.mirror.comm && t.mirror.comm->size() > 1)  // Note [Configuration fingerprint]
+      t.mirror.config_check->check("configuration", omt::trainer_config_fields(*t.model->model, tg, t.spec, t.mirror));
+    std::vector<std::string> written;  // store entries training writes: parameters, BatchNorm statistics
+    for (const auto& p : tg.params) t.trainable.push_back(p.name);
+    for (const auto& st : tg.states)
+      if (st.kind == "running_mean" || st.kind == "running_var") written.push_back(st.name);
+    written.insert(written.begin(), t.trainable.begin(), t.trainable.end());
+    t.frozen = tg.frozen;
+    t.model->set_live(written);
     t.model->has_trainer = true;
     t.model->trained = true;
   });
@@ -228,7 +204,6 @@ Trainer::~Trainer() {
   if (!impl_ || !impl_->model) return;
   std::lock_guard<std::mutex> lock(impl_->model->mu);
   impl_->mt.reset();
-  impl_->single.reset();
   impl_->model->has_trainer = false;
 }
 
@@ -239,17 +214,10 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
     OMT_CHECK(impl_->processes == 1, kUnsupported, "Trainer::step trains one process; in a world of ",
               impl_->processes, " processes call fit on every rank");
-    if (impl_->single) {
-      OMT_CHECK(labels.defined() && labels.rank() >= 1 && labels.dim(0) > 0, kInvalidArgument,
-                "step needs labels with at least one sample, got ", labels.defined() ? labels.describe() : "nothing");
-      const float loss = impl_->single->step(feeds, to_internal(labels), impl_->lr).loss;
-      impl_->download_to_store();
-      return static_cast<double>(loss);
-    }
     const auto shards = impl_->shard(feeds, to_internal(labels));
     int64_t counted = 0;
     for (const auto& s : shards) counted += s.weight();
-    return impl_->mt->step(shards, labels.dim(0), impl_->lr, counted).loss;
+    return impl_->trainer().step(shards, labels.dim(0), impl_->lr, counted).loss;
   });
 }
 
@@ -303,20 +271,16 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     const omt::Dataset tr = detail::to_internal(train, input);
     omt::Dataset val;
     if (validation) val = detail::to_internal(*validation, input);
+    // Note [One trainer per model]: the first fit builds the replicas with its seed, stop
+    // flag and trace; a later one must not ask for others.
+    const omt::MirrorOptions run = omt::fit_mirror_options(o);
+    omt::MirroredTrainer& mt = t.trainer(run);
+    OMT_CHECK(t.built_with.stop == run.stop && (t.built_with.trace || !run.trace), kInvalidArgument,
+              "this Trainer's replicas were built ", t.built_with.stop == run.stop ? "without a trace" : "with another stop flag",
+              " (by its first fit, step, resume or checkpoint), and they keep it; pass FitConfig::stop and "
+              "trace_path to the first fit, and the same stop flag to every fit");
     std::ostream silent(nullptr);
-    omt::FitResult r = omt::fit(t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
-    // Note [Trained result wins]: fit's compare_single run starts another trainer from
-    // o.mirror, shared store included, and trains it after r.trained was taken. The store
-    // must hold the trained model, so copy r.trained back (in place; a no-op otherwise).
-    auto& store = t.model->model->graph.initializers;
-    for (const auto& name : store.names()) {
-      omt::Tensor& slot = store.at(name);
-      if (!r.trained.graph.initializers.has(name)) continue;
-      const omt::Tensor& trained = r.trained.graph.initializers.at(name);
-      if (trained.nbytes() == slot.nbytes() && !slot.same_storage(trained))
-        std::memcpy(slot.raw(), trained.raw(), slot.nbytes());
-    }
-    t.resync(r.steps_done);
+    omt::FitResult r = omt::fit(mt, t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
 
     FitReport report;
     for (const auto& e : r.epochs) {
@@ -362,16 +326,10 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
     std::lock_guard<std::mutex> lock(t.model->mu);
     omt::NamedTensors grads;
     Gradients out;
-    if (t.single) {
-      // The device trainer holds the store's values (Note [Training on a device]); its
-      // gradients() updates nothing.
-      out.loss = t.single->gradients(feeds, to_internal(labels), &grads);
-      for (const auto& name : grads.names()) out.gradients.emplace_back(name, to_public(grads.at(name)));
-      return out;
-    }
     // A one-off plan on the store's current values: nothing it computes is written back.
     omt::SessionOptions so;
     so.num_threads = std::max(1, t.options.threads_per_replica);
+    so.device = t.options.device;
     omt::Trainer single(t.model->model, t.spec, so);
     out.loss = single.gradients(feeds, to_internal(labels), &grads);
     for (const auto& name : grads.names()) out.gradients.emplace_back(name, to_public(grads.at(name)));
@@ -388,7 +346,7 @@ EvalResult Trainer::evaluate(const Tensor& features, const Tensor& labels, int64
     d.features = features;
     d.labels = labels;
     EvalOptions o;
-    o.replicas = impl_->local_replicas();
+    o.replicas = impl_->options.replicas;
     o.chunk = chunk;
     o.loss = regression ? omt::loss_kind_name(loss) : "";
     o.output = impl_->spec.output;
@@ -403,19 +361,14 @@ std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) cons
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
     omt::Checkpoint ck;
-    if (const omt::Trainer* single = impl_->single.get()) {
-      for (const auto& n : single->parameters().names()) ck.params.set(n, single->backend().to_host(single->parameters().at(n)));
-      for (const auto& n : single->state().names()) ck.state.set(n, single->backend().to_host(single->state().at(n)));
-      ck.step = single->steps_done();
-    } else {
-      ck.params = impl_->mt->parameters();
-      ck.state = impl_->mt->state();
-      ck.step = impl_->mt->steps_done();
-    }
+    omt::MirroredTrainer& mt = impl_->trainer();
+    ck.params = mt.parameters();
+    ck.state = mt.state();
+    ck.step = mt.steps_done();
     ck.model_fingerprint = omt::model_fingerprint(omt::param_signatures(ck.params));
     ck.meta["optimizer"] = impl_->options.optimizer;
     ck.meta["lr"] = std::to_string(impl_->lr);
-    ck.meta["replicas"] = std::to_string(impl_->local_replicas());
+    ck.meta["replicas"] = std::to_string(impl_->options.replicas);
     return omt::save_checkpoint(dir, ck, keep_last);
   });
 }
@@ -424,14 +377,7 @@ void Trainer::resume(const std::string& dir_or_file) {
   guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
     const omt::Checkpoint ck = omt::load_checkpoint(dir_or_file);
-    if (omt::Trainer* single = impl_->single.get()) {
-      const auto signatures = omt::param_signatures(single->parameters());  // names, dtypes, shapes
-      omt::check_compatible(ck, omt::model_fingerprint(signatures), signatures);
-      single->load(ck.params, ck.state, ck.step);
-      impl_->download_to_store();
-      return;
-    }
-    omt::MirroredTrainer& mt = *impl_->mt;
+    omt::MirroredTrainer& mt = impl_->trainer();
     const auto signatures = omt::param_signatures(mt.parameters());
     omt::check_compatible(ck, omt::model_fingerprint(signatures), signatures);
     mt.load(ck.params, ck.state, ck.step);
@@ -452,10 +398,10 @@ void Trainer::set_lr(float lr) {
 
 int64_t Trainer::steps_done() const {
   std::lock_guard<std::mutex> lock(impl_->model->mu);
-  return impl_->single ? impl_->single->steps_done() : impl_->mt->steps_done();
+  return impl_->mt ? impl_->mt->steps_done() : 0;
 }
 
-int Trainer::replicas() const { return impl_->local_replicas(); }
+int Trainer::replicas() const { return impl_->options.replicas; }
 int Trainer::world_size() const { return impl_->processes; }
 int Trainer::rank() const { return impl_->rank; }
 
@@ -470,12 +416,7 @@ World world_from_environment() {
   });
 }
 
-std::vector<std::string> Trainer::trainable() const {
-  std::vector<std::string> out;
-  for (const auto& p : impl_->training_graph().params) out.push_back(p.name);
-  return out;
-}
-
-std::vector<std::string> Trainer::frozen() const { return impl_->training_graph().frozen; }
+std::vector<std::string> Trainer::trainable() const { return impl_->trainable; }
+std::vector<std::string> Trainer::frozen() const { return impl_->frozen; }
 
 }  // namespace onnx_mirror

@@ -1,8 +1,9 @@
-// fit and evaluate: the training loop users run (`onnx-mirror-train train`, the embedding
-// API's Trainer::fit). Epochs over a labelled data set with a seeded, sharded sampler, a
-// learning-rate schedule, per-epoch validation, metrics (JSONL, HTML report, progress),
-// checkpoints that resume exactly, guards against non-finite values, and a speed-up
-// measurement against one replica. Only process 0 of a multi-process world prints and writes.
+// fit: the training loop users run (`onnx-mirror-train train`, the embedding API's
+// Trainer::fit), driving a MirroredTrainer its caller owns. Epochs over a labelled data set
+// with a seeded, sharded sampler, a learning-rate schedule, per-epoch validation, metrics
+// (JSONL, HTML report, progress), checkpoints that resume exactly, guards against non-finite
+// values, and a speed-up measurement against one replica. Only process 0 of a multi-process
+// world prints and writes. evaluate (runtime/evaluate.h) scores predictions.
 #pragma once
 
 #include <atomic>
@@ -13,62 +14,17 @@
 #include <vector>
 
 #include "runtime/data/dataset.h"
+#include "runtime/evaluate.h"
 #include "runtime/metrics.h"
 #include "runtime/mirrored_trainer.h"
-#include "runtime/predictor.h"
 
 namespace omt {
 
-// Integer labels score class predictions (loss, accuracy, confusion matrix); float targets
-// score a regression (loss, mse, mae; accuracy NaN, confusion matrix empty).
-struct EvalResult {
-  double loss = 0;      // classes: mean softmax cross-entropy of the logits (NaN for non-class
-                        // outputs); float targets: the mean regression loss (EvalTarget::loss)
-  double accuracy = 0;  // fraction of argmax predictions equal to the label
-  int64_t samples = 0;
-  ConfusionMatrix confusion;
-  bool regression = false;  // scored against float targets
-  double mse = kNoValue;    // float targets: means over every target element
-  double mae = kNoValue;
-  // Token labels (class labels with positions: [N, T] against [N, T, C]): loss and accuracy
-  // are over the counted positions (not ignore_index), perplexity = exp(loss), and there is
-  // no confusion matrix.
-  bool tokens = false;
-  int64_t positions = 0;    // class labels: the positions that counted
-  double perplexity = kNoValue;
-};
-
-// What evaluate scores: the output it reads ("" = the first) and, for float targets, which
-// loss `loss` reports (mse, l1 or bce_with_logits; others report mse).
-struct EvalTarget {
-  std::string output;
-  LossKind loss = LossKind::kMse;
-  int64_t class_axis = -1;      // class labels: the output axis holding the classes
-  int64_t ignore_index = -100;  // class labels: positions that do not count
-};
-
-// Runs `predict` over prepared features in chunks and scores the output against int64 class
-// labels or float targets (prepare_targets: shaped like the output). Every sample is counted
-// exactly once. kInvalidArgument when the output and the targets hold different counts.
-// `inputs` holds every model input, prepared, the samples along dimension 0.
-using PredictFn = std::function<NamedTensors(const NamedTensors& feeds)>;
-EvalResult evaluate(const PredictFn& predict, const NamedTensors& inputs, const Tensor& labels, int64_t chunk = 1000,
-                    const EvalTarget& target = {});
-EvalResult evaluate(const PredictFn& predict, const std::string& input_name, const Tensor& features,
-                    const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
-// The same over rows gathered chunk by chunk (Note [Token files]: a token file's windows and
-// their shifted labels are never prepared whole).
-EvalResult evaluate(const PredictFn& predict, const InputSources& inputs, const LabelSource& labels, int64_t chunk,
-                    const EvalTarget& target = {});
-// The same with a Predictor.
-EvalResult evaluate(Predictor& predictor, const NamedTensors& inputs, const Tensor& labels, int64_t chunk = 1000,
-                    const EvalTarget& target = {});
-EvalResult evaluate(Predictor& predictor, const std::string& input_name, const Tensor& features,
-                    const Tensor& labels, int64_t chunk = 1000, const EvalTarget& target = {});
-
 struct FitOptions {
   TrainingSpec spec;
-  MirrorOptions mirror;          // local replicas, communicator, buckets, overlap, trace
+  // Local replicas, communicator, buckets, overlap, trace, configuration check: what the
+  // trainer was built with (fit_mirror_options adds fit's own).
+  MirrorOptions mirror;
   int64_t epochs = 1;
   int64_t max_steps = 0;         // > 0: stop after this many steps (overrides epochs)
   int64_t global_batch = 64;
@@ -113,13 +69,23 @@ struct FitResult {
   Model trained;                  // the inference model with trained parameters
 };
 
-// Trains `model` on `train` (validating on `val` when given). Class-label losses need integer
-// labels; the regression losses (mse, l1, bce_with_logits) take float (or integer) targets,
-// converted by prepare_targets, and report mse and mae instead of accuracy and a confusion
-// matrix. `log` receives the human output; only process 0 writes it and the files. Every
-// output path is checked before step 1 (kIo); a write that fails later does not stop the run
-// or lose the trained model (Note [Late outputs] in fit.cc): the other files are still
-// written, and then kIo names every failure.
+// What a trainer that fit drives is built with: `o.mirror` (its trace flag included) with
+// fit's seed (Note [Dropout per replica]) and stop flag (Note [Stopping together]). A
+// MirroredTrainer fixes these when it is built.
+MirrorOptions fit_mirror_options(const FitOptions& o);
+
+// Trains `trainer` (built on `model` with o.spec and fit_mirror_options(o), or with the same
+// replicas, communicator and check) on `train`, validating on `val` when given, and leaves
+// it trained: parameters, optimizer state and step count carry on into the caller's next
+// step. Class-label losses need integer labels; the regression losses (mse, l1,
+// bce_with_logits) take float (or integer) targets, converted by prepare_targets, and report
+// mse and mae instead of accuracy and a confusion matrix. `log` receives the human output;
+// only process 0 writes it and the files. Every output path is checked before step 1 (kIo); a
+// write that fails later does not stop the run or lose the trained model (Note [Late
+// outputs] in fit.cc): the other files are still written, and then kIo names every failure.
+FitResult fit(MirroredTrainer& trainer, std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
+              const FitOptions& o, std::ostream& log);
+// The same on a trainer of its own, built for this run and dropped after it.
 FitResult fit(std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
               const FitOptions& options, std::ostream& log);
 

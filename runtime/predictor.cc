@@ -55,8 +55,27 @@ static NamedTensors downloaded(Session& session, NamedTensors outputs) {
   return outputs;
 }
 
-NamedTensors Predictor::run(const NamedTensors& feeds) {
-  if (sessions_.size() == 1) return downloaded(*sessions_[0], sessions_[0]->run(feeds));
+Model parameters_as_inputs(Model model, const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    const Tensor t = model.graph.initializers.at(name);
+    model.graph.initializers.erase(name);
+    ValueInfo vi;
+    vi.name = name;
+    vi.dtype = t.dtype();
+    vi.shape.emplace();
+    for (int64_t d : t.shape()) vi.shape->push_back(Dim{d, ""});
+    model.graph.inputs.push_back(vi);
+  }
+  return model;
+}
+
+NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole) {
+  if (sessions_.size() == 1) {
+    if (whole.size() == 0) return downloaded(*sessions_[0], sessions_[0]->run(feeds));
+    NamedTensors all = feeds;
+    for (const auto& name : whole.names()) all.set(name, whole.at(name));
+    return downloaded(*sessions_[0], sessions_[0]->run(all));
+  }
   int64_t batch = -1;
   for (const auto& name : feeds.names()) {
     const Tensor& t = feeds.at(name);
@@ -79,6 +98,7 @@ NamedTensors Predictor::run(const NamedTensors& feeds) {
       NamedTensors shard;
       for (const auto& name : feeds.names())
         shard.set(name, slice_rows(feeds.at(name), bounds[r], bounds[r + 1]));
+      for (const auto& name : whole.names()) shard.set(name, whole.at(name));
       results[r] = downloaded(*sessions_[r], sessions_[r]->run(shard));
     } catch (...) {
       errors[r] = std::current_exception();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/session.h"
@@ -19,14 +20,20 @@ class Predictor {
 
   // Runs the batch; every input must have the same dimension 0 (the batch). With fewer samples
   // than replicas, the extra replicas sit idle. Returns host tensors. Not thread-safe (one
-  // call at a time).
-  NamedTensors run(const NamedTensors& feeds);
+  // call at a time). `whole` goes to every replica as it is, not cut (parameters fed as
+  // inputs: parameters_as_inputs).
+  NamedTensors run(const NamedTensors& feeds, const NamedTensors& whole = {});
   int replicas() const { return static_cast<int>(sessions_.size()); }
 
  private:
   std::shared_ptr<const Model> model_;
   std::vector<std::unique_ptr<Session>> sessions_;
 };
+
+// `model` with the initializers `names` turned into graph inputs of the same dtype and shape,
+// so that a plan built once reads their current values from the feeds on every run (CPU
+// kernels may cache work derived from constant inputs).
+Model parameters_as_inputs(Model model, const std::vector<std::string>& names);
 
 // Rows [begin, end) of dimension 0 (a copy). Host tensors.
 Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end);

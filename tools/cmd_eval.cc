@@ -62,7 +62,7 @@ int run_eval(const EvalArgs& a) {
               << r.perplexity << "\n";
     return 0;
   }
-  if (r.regression) {  // the text of train's summary (runtime/fit.cc), so the two compare
+  if (r.regression) {  // the text of train's summary (runtime/fit_report.cc), so the two compare
     const bool own_loss = !a.loss.empty() && a.loss != "mse" && a.loss != "l1" && a.loss != "mae";
     std::cout << std::setprecision(4) << d.source << ": " << r.samples << " samples, ";
     if (own_loss) std::cout << "loss (" << a.loss << ") " << r.loss << ", ";

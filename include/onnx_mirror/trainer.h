@@ -166,12 +166,13 @@ struct FitReport {
 
 class Trainer {
  public:
-  // Builds the training graph and the replicas on `model`'s parameters (joining the world
-  // first with options.join_world). Errors: kInvalidArgument (unknown loss/optimizer, a regex
+  // Builds the training graph on `model`'s parameters (joining the world first with
+  // options.join_world); the replicas are built once, on first use, and every later step,
+  // fit, checkpoint and resume runs on them. Errors: kInvalidArgument (unknown loss/optimizer, a regex
   // that selects nothing, the model already has a Trainer), kUnsupported (ops without
   // gradient rules, all listed at once; no usable GPU, with the CUDA runtime's reason; several
-  // replicas or processes on a GPU), kCommunication (the
-  // world could not be joined).
+  // replicas or processes on a GPU: these two at first use), kCommunication (the world could
+  // not be joined).
   Trainer(Model& model, const TrainerOptions& options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -185,8 +186,12 @@ class Trainer {
   double step(const Tensor& input, const Tensor& labels);  // the model's first input
 
   // Epochs over `train` (validating on `validation` when given) with a shuffled sampler,
-  // schedules, metrics and checkpoints. Holds the model's lock until it returns. Afterwards
-  // step() continues from the trained parameters with fresh optimizer state. A regression
+  // schedules, metrics and checkpoints. Holds the model's lock until it returns. It trains the
+  // Trainer's own replicas, so a later step() or fit continues from its parameters, optimizer
+  // state and step count. The first fit (unless a step, resume or checkpoint came first)
+  // builds the replicas with config.seed (dropout masks), config.stop and trace_path; a later
+  // fit keeps them, and another stop flag or a trace the replicas do not record is
+  // kInvalidArgument. A regression
   // loss (mse, l1, bce_with_logits) reads float targets shaped like the model output and
   // reports mse and mae; a class-label loss on float targets is kInvalidArgument.
   FitReport fit(const Dataset& train, const Dataset* validation, const FitConfig& config);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -199,6 +200,71 @@ TEST(ApiTest, FitTrainsTheSharedParametersAndStepContinues) {
   trainer.step(data.features.slice_rows(0, 8), data.labels.slice_rows(0, 8));
   EXPECT_GT(max_abs_diff(fitted, model.predict(data.features)), 1e-5f);
   EXPECT_EQ(trainer.evaluate(data.features, data.labels).samples, 64);
+}
+
+// Note [One trainer per model]: fit trains the Trainer's own replicas, so a step() after fit
+// continues fit's Adam moments and step count. With one step per epoch over the whole set in
+// order, fit for 3 steps and then step() equals fit for 4 steps (a fresh optimizer state
+// after fit would not).
+TEST(ApiTest, StepAfterFitContinuesFitsOptimizerState) {
+  const onnx_mirror::Dataset data{images(32, 7), labels(32), "random"};
+  TrainerOptions o;
+  o.optimizer = "adam";
+  o.lr = 0.01f;
+  onnx_mirror::FitConfig cfg;
+  cfg.batch = 32;
+  cfg.shuffle = false;
+  Model a = Model::load(source("models/mlp.onnx"));
+  Model b = Model::load(source("models/mlp.onnx"));
+  Trainer ta(a, o), tb(b, o);
+  cfg.max_steps = 3;
+  ta.fit(data, nullptr, cfg);
+  ta.step(data.features, data.labels);
+  cfg.max_steps = 4;
+  tb.fit(data, nullptr, cfg);
+  EXPECT_EQ(ta.steps_done(), 4);
+  EXPECT_EQ(tb.steps_done(), 4);
+  for (const auto& name : a.parameter_names())
+    EXPECT_LT(max_abs_diff(a.parameter(name), b.parameter(name)), 1e-6f) << name;
+}
+
+// Note [Speed-up on a copy]: compare_single times its one replica on a trainer of its own, so
+// the parameters and the optimizer state the caller goes on with are those of the run.
+TEST(ApiTest, CompareSingleLeavesTheTrainedModelAlone) {
+  const onnx_mirror::Dataset data{images(64, 9), labels(64), "random"};
+  TrainerOptions o;
+  o.optimizer = "adam";
+  o.replicas = 2;
+  onnx_mirror::FitConfig cfg;
+  cfg.batch = 16;
+  cfg.max_steps = 3;
+  Model a = Model::load(source("models/mlp.onnx"));
+  Model b = Model::load(source("models/mlp.onnx"));
+  Trainer ta(a, o), tb(b, o);
+  ta.fit(data, nullptr, cfg);
+  cfg.compare_single = true;
+  tb.fit(data, nullptr, cfg);
+  for (const auto& name : a.parameter_names()) EXPECT_TRUE(same_bits(a.parameter(name), b.parameter(name))) << name;
+  ta.step(data.features.slice_rows(0, 16), data.labels.slice_rows(0, 16));
+  tb.step(data.features.slice_rows(0, 16), data.labels.slice_rows(0, 16));
+  for (const auto& name : a.parameter_names()) EXPECT_TRUE(same_bits(a.parameter(name), b.parameter(name))) << name;
+}
+
+// The replicas keep the stop flag they were built with (Note [One trainer per model]): a fit
+// after step() cannot bring another one.
+TEST(ApiTest, FitAfterStepKeepsTheReplicasStopFlag) {
+  Model model = Model::load(source("models/mlp.onnx"));
+  Trainer trainer(model);
+  const onnx_mirror::Dataset data{images(16, 3), labels(16), "random"};
+  trainer.step(data.features, data.labels);
+  std::atomic<bool> stop{false};
+  onnx_mirror::FitConfig cfg;
+  cfg.batch = 16;
+  cfg.stop = &stop;
+  EXPECT_EQ(kind_of([&] { trainer.fit(data, nullptr, cfg); }), ErrorKind::kInvalidArgument);
+  cfg.stop = nullptr;
+  EXPECT_EQ(trainer.fit(data, nullptr, cfg).steps_done, 1);
+  EXPECT_EQ(trainer.steps_done(), 2);
 }
 
 TEST(ApiTest, ErrorsAreTyped) {
