@@ -21,9 +21,9 @@ models/cnn.onnx (random feeds), in a temporary folder:
 4. Prints a table and writes it to tests/data/modern/onnxruntime_check.md (--md to change,
    --md '' for none). Nothing else is written into the repository.
 
-The venv $HOME/.cache/onnx-mirror/venv-modern (OMT_MODERN_VENV) is reused; it is created
-with /usr/bin/python3 -m venv and pip install onnx onnxruntime numpy if missing, and the
-script re-execs itself inside it.
+The venv $HOME/.cache/onnx-mirror/venv-modern (OMT_MODERN_VENV) of scripts/omt_venv.py is
+reused (onnx, onnxruntime and numpy are installed into it if missing); the script re-execs
+itself inside it.
 """
 
 import argparse
@@ -38,29 +38,14 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DATA = os.path.join(REPO, "tests", "data", "modern")
-VENV = os.environ.get("OMT_MODERN_VENV",
-                      os.path.join(os.path.expanduser("~"), ".cache", "onnx-mirror", "venv-modern"))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import omt_venv  # noqa: E402
 PACKAGES = ["onnx", "onnxruntime", "numpy"]
 RTOL, ATOL = 1e-4, 1e-5
 STEPS, REPEAT, LR = 3, 3, 0.01
 
 
-def ensure_venv():
-    """Create the venv if needed and re-exec this script inside it."""
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(py):
-        os.makedirs(os.path.dirname(VENV), exist_ok=True)
-        subprocess.check_call(["/usr/bin/python3", "-m", "venv", VENV])
-    if subprocess.call([py, "-c", "import onnx, onnxruntime, numpy"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0:
-        subprocess.check_call([py, "-m", "pip", "install", "--upgrade", "pip"])
-        subprocess.check_call([py, "-m", "pip", "install"] + PACKAGES)
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
-
-
-ensure_venv()
+omt_venv.ensure(__file__, PACKAGES)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
