@@ -352,6 +352,117 @@ TEST(TrainSignals, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
   }
 }
 
+// Records in a file store folder (the join records are the first a rank writes), or -1 when
+// there is no such folder (yet).
+int store_records(const std::string& folder) {
+  std::error_code ec;
+  int n = 0;
+  for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) ++n;
+  return ec ? -1 : n;
+}
+
+// Waits up to 30 s for `n` records in `folder`; false if they never come.
+bool wait_for_records(const std::string& folder, int n) {
+  for (int i = 0; i < 1500; ++i) {
+    if (store_records(folder) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The world folder of a launcher (Note [Local world cleanup]); "" until it exists.
+std::string world_folder_of(pid_t launcher) {
+  const std::string prefix = "omt-world-" + std::to_string(launcher) + "-";
+  for (const auto& f : world_folders())
+    if (fs::path(f).filename().string().rfind(prefix, 0) == 0) return f;
+  return "";
+}
+
+// Note [Stop requests] in common/stop.h: SIGINT to the launcher of `--nproc 3` while the
+// world is still meeting (one child stopped before it joins, so rank 0 and the other child
+// wait for it in the rendezvous) ends every process within a couple of seconds, exit 130,
+// naming the phase, instead of at the rendezvous timeout (60 s here). The launcher passes
+// it on as SIGTERM (and SIGCONT) to its children.
+TEST(TrainSignals, InterruptDuringRendezvousEndsTheWorldAtOnce) {
+  test::TempDir dir;
+  const std::string data = write_slice(dir, "train.npz", 128);
+  for (int trial = 0; trial < 3; ++trial) {
+    const World3 w = start_world(dir, kMlp + " --data " + data + " --global-batch 32 --steps 3 --timeout 60", 0);
+    ASSERT_EQ(w.children.size(), 2u) << w.log();
+    const pid_t absent = w.children[static_cast<size_t>(trial % 2)];
+    kill(absent, SIGSTOP);  // before it has loaded anything, so it has not joined
+    const bool joined = wait_for_records(world_folder_of(w.launcher), 2);
+    const auto begin = std::chrono::steady_clock::now();
+    kill(w.launcher, SIGINT);
+    const Ending e = wait_world(w, begin, std::chrono::seconds(30));
+    const std::string what = str_cat("trial ", trial, ": SIGINT to the launcher, pid ", absent, " stopped");
+    ASSERT_TRUE(joined) << what << ": ranks never joined\n" << e.log;
+    ASSERT_TRUE(e.in_time) << what << " hung:\n" << e.log;
+    ASSERT_TRUE(WIFEXITED(e.status)) << what << ": signal " << WTERMSIG(e.status) << "\n" << e.log;
+    EXPECT_EQ(WEXITSTATUS(e.status), 130) << what << "\n" << e.log;
+    EXPECT_LT(e.seconds, 5) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("interrupted: rank 0 of 3 was interrupted (SIGINT) during the rendezvous, after "),
+              std::string::npos)
+        << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("to join (store file:"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("of 3 was interrupted (SIGTERM) during the "), std::string::npos) << what << "\n" << e.log;
+    EXPECT_EQ(e.log.find("timed out"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_EQ(e.log.find("EnforceNotMet"), std::string::npos) << what << "\n" << e.log;
+    for (pid_t c : w.children) EXPECT_TRUE(gone(c)) << what << ": child " << c << " left";
+  }
+}
+
+// A world started by hand (the OMT_* variables, as README shows for several hosts) with rank
+// 2 missing: SIGTERM or SIGINT to rank 1 while it waits ends it within a couple of seconds,
+// exit 130, naming the phase and the rank it waited for. Rank 0 goes on waiting and fails at
+// its own timeout naming the missing rank, exit 6, as before.
+TEST(TrainSignals, InterruptedRankLeavesTheRendezvousAtOnce) {
+  test::TempDir dir;
+  const std::string data = write_slice(dir, "train.npz", 128);
+  for (int trial = 0; trial < 2; ++trial) {
+    const int sig = trial == 0 ? SIGTERM : SIGINT;
+    const std::string store = dir.file("store" + std::to_string(trial));
+    std::vector<pid_t> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(start(str_cat("env OMT_WORLD_SIZE=3 OMT_RANK=", r, " OMT_LOCAL_RANK=", r, " OMT_STORE=file:", store,
+                                    " OMT_RUN_ID=by-hand OMT_RUN_SECRET=0123456789abcdef0123456789abcdef ",
+                                    test::tool_path(), " train ", kMlp, " --data ", data,
+                                    " --global-batch 32 --steps 3 --timeout 4"),
+                            dir.file(str_cat("rank", r, ".txt"))));
+    const bool joined = wait_for_records(store, 2);
+    const auto begin = std::chrono::steady_clock::now();
+    kill(ranks[1], sig);
+    std::vector<int> status(2, 0);
+    std::vector<double> took(2, 0);
+    for (int r : {1, 0}) {
+      while (waitpid(ranks[r], &status[r], WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(20))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      took[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      if (took[r] >= 20) {
+        kill(ranks[r], SIGKILL);
+        waitpid(ranks[r], &status[r], 0);
+      }
+    }
+    const std::string log0 = read_file_bytes(dir.file("rank0.txt")), log1 = read_file_bytes(dir.file("rank1.txt"));
+    const std::string what = str_cat("trial ", trial, ": signal ", sig, " to rank 1\nrank 0:\n", log0, "\nrank 1:\n", log1);
+    ASSERT_TRUE(joined) << what;
+    ASSERT_TRUE(WIFEXITED(status[1])) << what;
+    EXPECT_EQ(WEXITSTATUS(status[1]), 130) << what;
+    EXPECT_LT(took[1], 2.5) << what;
+    EXPECT_NE(log1.find(str_cat("interrupted: rank 1 of 3 was interrupted (", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                                ") during the rendezvous, after ")),
+              std::string::npos)
+        << what;
+    EXPECT_NE(log1.find("waiting for rank 2 to join (store file:" + store + ")"), std::string::npos) << what;
+    EXPECT_NE(log1.find("Nothing was trained."), std::string::npos) << what;
+    ASSERT_TRUE(WIFEXITED(status[0])) << what;
+    EXPECT_EQ(WEXITSTATUS(status[0]), 6) << what;
+    EXPECT_LT(took[0], 4 + 10) << what;
+    EXPECT_NE(log0.find("rank 2 never joined"), std::string::npos) << what;
+  }
+}
+
 // Note [Thread budget]: the product of the counts is bounded too, before anything starts.
 TEST(TrainThreads, MoreThreadsThanTheMachineRunsExitTwo) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
