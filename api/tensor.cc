@@ -1,8 +1,9 @@
-// Public Tensor, errors and data sets: thin wrappers over omt::Tensor and the data readers.
+// Public Tensor, errors, stop requests and data sets: thin wrappers over omt::Tensor and the data readers.
 // Conversions in both directions share memory (the new handle owns a copy of the old one).
 #include <cstring>
 
 #include "api/internal.h"
+#include "common/stop.h"
 #include "onnx_mirror/data.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/token_file.h"
@@ -17,10 +18,13 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kUnsupported: return "unsupported";
     case ErrorKind::kIo: return "i/o";
     case ErrorKind::kCommunication: return "communication";
+    case ErrorKind::kInterrupted: return "interrupted";
     case ErrorKind::kInternal: return "internal";
   }
   return "unknown";
 }
+
+void request_stop(int signal) { omt::process_stop_request().store(signal != 0 ? signal : -1); }
 
 const char* dtype_name(DType dtype) { return omt::dtype_name(static_cast<omt::DType>(dtype)); }
 size_t dtype_size(DType dtype) { return omt::dtype_size(static_cast<omt::DType>(dtype)); }
@@ -34,6 +38,7 @@ ErrorKind public_kind(omt::ErrorKind kind) {
     case omt::ErrorKind::kUnsupported: return ErrorKind::kUnsupported;
     case omt::ErrorKind::kIo: return ErrorKind::kIo;
     case omt::ErrorKind::kCommunication: return ErrorKind::kCommunication;
+    case omt::ErrorKind::kInterrupted: return ErrorKind::kInterrupted;
     case omt::ErrorKind::kInternal: return ErrorKind::kInternal;
   }
   return ErrorKind::kInternal;

@@ -16,6 +16,7 @@ enum class ErrorKind {
   kUnsupported,      // a valid request this runtime cannot serve (op, dtype, attribute)
   kIo,               // file system
   kCommunication,    // a peer, a store or a collective failed or timed out
+  kInterrupted,      // a stop request (SIGINT, SIGTERM) ended a blocking wait (common/stop.h)
   kInternal,         // a bug in onnx-mirror
 };
 

@@ -151,6 +151,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kUnsupported: return "unsupported";
     case ErrorKind::kIo: return "i/o error";
     case ErrorKind::kCommunication: return "communication error";
+    case ErrorKind::kInterrupted: return "interrupted";
     case ErrorKind::kInternal: return "internal error";
   }
   return "error";

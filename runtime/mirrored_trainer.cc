@@ -16,19 +16,13 @@
 
 #include "collectives/factory.h"
 #include "common/file_util.h"
+#include "common/splitmix64.h"
 #include "common/threads.h"
 #include "runtime/config_fingerprint.h"
 
 namespace omt {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Note [Dropout per replica]: `backward` with every Dropout node's seed attribute derived from
 // (seed, global replica, node index); the model itself when it has no Dropout.

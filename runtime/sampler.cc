@@ -9,16 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/splitmix64.h"
 
 namespace omt {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, range) without modulo bias: reject the 2^64 % range smallest draws.
 uint64_t uniform_below(std::mt19937_64& gen, uint64_t range) {

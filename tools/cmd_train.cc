@@ -244,8 +244,11 @@ int run_grad(const TrainArgs& given) {
 std::atomic<bool> g_stop{false};
 // The first SIGINT or SIGTERM asks fit to stop after the current step (every process after
 // the same one, Note [Stopping together] in runtime/mirrored_trainer.h), checkpoint and exit
-// 130; a second one ends the process at once, also with 130 (only async-signal-safe calls).
-extern "C" void on_stop_signal(int) {
+// 130; before step 1 it ends the rendezvous at once, also exit 130 (request_stop, Note [Stop
+// requests]). A second one ends the process at once, with 130 too (only async-signal-safe
+// calls).
+extern "C" void on_stop_signal(int signal) {
+  onnx_mirror::request_stop(signal);
   if (!g_stop.exchange(true)) return;
   static const char kMsg[] = "onnx-mirror-train: second interrupt, exiting without a checkpoint\n";
   ssize_t ignored = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);

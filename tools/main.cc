@@ -1,6 +1,6 @@
 // onnx-mirror-train: parses arguments and calls the library. The only place that catches
 // errors and chooses exit codes (2: bad arguments or data, 3: model, 4: unsupported,
-// 5: i/o, 6: communication, 70: internal).
+// 5: i/o, 6: communication, 70: internal, 130: interrupted).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -22,6 +22,7 @@ int exit_code(onnx_mirror::ErrorKind kind) {
     case ErrorKind::kUnsupported: return 4;
     case ErrorKind::kIo: return 5;
     case ErrorKind::kCommunication: return 6;
+    case ErrorKind::kInterrupted: return 130;
     case ErrorKind::kInternal: return 70;
   }
   return 1;

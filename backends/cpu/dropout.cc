@@ -6,6 +6,7 @@
 #include <random>
 
 #include "backends/cpu/cpu_backend.h"
+#include "common/splitmix64.h"
 
 namespace omt::cpu {
 namespace {
@@ -13,7 +14,7 @@ namespace {
 // Note [Dropout RNG]: uniforms are drawn exactly as numpy's legacy RandomState(seed).uniform
 // does (MT19937 seeded with init_genrand, 53-bit doubles from two 32-bit draws), so a run of
 // random stream 0 reproduces ONNX's reference masks. A run of stream s > 0 seeds the
-// generator with a mix of the seed and s (Note [Random streams] in backends/backend.h), so
+// generator with splitmix64 of the seed and s (Note [Random streams] in backends/backend.h), so
 // successive training steps get fresh masks, and a resumed run the masks it would have had.
 class DropoutKernel : public OpKernel {
  public:
@@ -48,7 +49,7 @@ class DropoutKernel : public OpKernel {
               ratio);
     Tensor& y = ctx.output(0, x.dtype(), x.shape());
     const uint64_t stream = ctx.random_stream();
-    rng_.seed(static_cast<uint32_t>(stream == 0 ? seed_ : mix(seed_ ^ mix(stream))));
+    rng_.seed(static_cast<uint32_t>(stream == 0 ? seed_ : splitmix64(seed_ ^ splitmix64(stream))));
     bool* mask;
     if (want_mask) {
       mask = ctx.output(1, DType::kBool, x.shape()).data<bool>();
@@ -70,13 +71,6 @@ class DropoutKernel : public OpKernel {
   }
 
  private:
-  static uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-  }
-
   KernelInfo info_;
   uint64_t seed_;
   std::mt19937 rng_;

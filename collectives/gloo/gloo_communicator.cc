@@ -22,8 +22,9 @@
 #include "collectives/async_work.h"
 #include "collectives/rendezvous/auth.h"
 #include "collectives/rendezvous/store.h"
-#include "common/threads.h"
 #include "common/error.h"
+#include "common/stop.h"
+#include "common/threads.h"
 
 namespace omt {
 namespace {
@@ -58,12 +59,14 @@ void ignore_sigpipe() {
 
 // Gloo's view of our Store, under a key prefix, with our bounded waits. A wait also ends,
 // with an error, as soon as any of `abort_keys` exists (a rank gave up this connection
-// attempt, Note [Mesh attempts]).
+// attempt, Note [Mesh attempts]), and with kInterrupted when `stop` is set (Note [Stop
+// requests] in common/stop.h).
 class GlooStoreView final : public gloo::rendezvous::Store {
  public:
   GlooStoreView(omt::Store& store, std::string prefix, milliseconds timeout,
-                std::vector<std::string> abort_keys)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout), abort_keys_(std::move(abort_keys)) {}
+                std::vector<std::string> abort_keys, const std::atomic<int>* stop)
+      : store_(store), prefix_(std::move(prefix)), timeout_(timeout), abort_keys_(std::move(abort_keys)),
+        stop_(stop) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     store_.set(prefix_ + key, data);
   }
@@ -81,6 +84,7 @@ class GlooStoreView final : public gloo::rendezvous::Store {
     auto pause = milliseconds(1);
     for (;;) {
       if (store_.check(full)) return;
+      OMT_CHECK(!stop_requested(stop_), kInterrupted, "interrupted (", stop_cause(stop_), ")");
       for (size_t r = 0; r < abort_keys_.size(); ++r) {
         OMT_CHECK(!store_.check({abort_keys_[r]}), kCommunication, "rank ", r,
                   " gave up this connection attempt");
@@ -97,6 +101,7 @@ class GlooStoreView final : public gloo::rendezvous::Store {
   const std::string prefix_;
   const milliseconds timeout_;
   const std::vector<std::string> abort_keys_;
+  const std::atomic<int>* const stop_;
 };
 
 // Note [Mesh attempts]: every rank sends each peer, over each pair of `context`, a token
@@ -250,7 +255,8 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
       prefix_(config.prefix + "/gloo/"),
       timeout_(config.timeout),
       grace_(std::clamp<milliseconds>(config.timeout / 10, milliseconds(100),
-                                      milliseconds(3000))) {
+                                      milliseconds(3000))),
+      stop_(config.stop) {
   OMT_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_, kInvalidArgument,
             "gloo communicator: rank ", rank_, " is not in [0, ", size_, ").");
   OMT_CHECK(timeout_ >= milliseconds(500), kInvalidArgument, "gloo communicator: timeout ",
@@ -263,17 +269,27 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
                     std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
   };
 
-  store_ = open_config_store(config);
+  try {
+    store_ = open_config_store(config);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInterrupted) interrupted("rendezvous", "connecting to store " + config.store_url, start);
+    throw;
+  }
 
   // 1. Join: every rank announces itself, so a missing one can be named.
   std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name();
   store_->set(key("join/" + std::to_string(rank_)), std::vector<char>(me.begin(), me.end()));
   std::vector<std::string> joins;
   for (int r = 0; r < size_; ++r) joins.push_back(key("join/" + std::to_string(r)));
-  if (!store_->wait(joins, left())) {
+  if (!store_->wait(joins, left(), stop_)) {
     std::vector<int> missing;
     for (int r = 0; r < size_; ++r) {
       if (!store_->check({joins[r]})) missing.push_back(r);
+    }
+    if (stop_requested(stop_)) {
+      const std::string whom = missing.empty() ? std::string("the other ranks")
+                                               : str_cat("rank", missing.size() == 1 ? " " : "s ", rank_list(missing));
+      interrupted("rendezvous", "waiting for " + whom + " to join (store " + store_->describe() + ")", start);
     }
     OMT_FAIL(kCommunication, "gloo rendezvous timed out after ", seconds_since(start),
              " s on rank ", rank_, " of ", size_, " (store ", store_->describe(), ", prefix '",
@@ -331,7 +347,7 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
           auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
           // A pair waits up to 5x the context timeout for its peer to connect.
           context->setTimeout(std::max(milliseconds(200), left() / 5));
-          GlooStoreView view(*store_, round + name + "/", left(), failed);
+          GlooStoreView view(*store_, round + name + "/", left(), failed, stop_);
           context->connectFullMesh(view, device_);
           context->setTimeout(timeout_ - grace_);
           return context;
@@ -342,6 +358,13 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
         verify_pairs(*health_, config.secret, round + "health", rank_, size_, bound);
       } catch (const std::exception& e) {
         error = e.what();
+      }
+      // Gloo's own waits (a pair's connect) do not see a stop request; a failure they end in
+      // is taken for one here. (A mesh that connected goes on to its verdicts.)
+      if (!error.empty() && stop_requested(stop_)) {
+        interrupted("connection setup",
+                    str_cat("connecting to the other ranks (gloo, attempt ", attempt, " of ", kMeshAttempts, ")"),
+                    start);
       }
       const std::string first_line = error.substr(0, error.find('\n'));
       try {
@@ -355,6 +378,12 @@ GlooCommunicator::GlooCommunicator(const RendezvousConfig& config)
       // handshake. So every rank waits for every verdict (they come after both meshes).
       for (int r = 0; error.empty() && r < size_; ++r) {
         while (error.empty() && !store_->check({ok[r]})) {
+          if (stop_requested(stop_)) {
+            interrupted("connection setup",
+                        str_cat("waiting for rank ", r, " to confirm its connections (gloo, attempt ", attempt, " of ",
+                                kMeshAttempts, ")"),
+                        start);
+          }
           if (store_->check({failed[r]})) error = "rank " + std::to_string(r) + " gave up this connection attempt";
           else if (Clock::now() >= deadline) error = "rank " + std::to_string(r) + " gave no verdict in time";
           else std::this_thread::sleep_for(milliseconds(2));
@@ -393,6 +422,14 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 std::string GlooCommunicator::key(const std::string& what) const { return prefix_ + what; }
+
+void GlooCommunicator::interrupted(const std::string& phase, const std::string& doing,
+                                   Clock::time_point start) const {
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.2f", seconds_since(start));
+  OMT_FAIL(kInterrupted, "rank ", rank_, " of ", size_, " was interrupted (", stop_cause(stop_), ") during the ",
+           phase, ", after ", secs, " s ", doing, ". Nothing was trained.");
+}
 
 std::string GlooCommunicator::peer_name(int peer) const {
   return "rank " + std::to_string(peer) + " (" + peer_info_[peer] + ")";

@@ -2,10 +2,12 @@
 #include "collectives/rendezvous/config_check.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "collectives/rendezvous/store.h"
 #include "common/error.h"
+#include "common/stop.h"
 
 namespace omt {
 
@@ -78,7 +80,8 @@ ConfigCheck::ConfigCheck(const RendezvousConfig& config)
       rank_(config.rank),
       size_(config.world_size),
       timeout_(config.timeout),
-      source_(config.source) {}
+      source_(config.source),
+      stop_(config.stop) {}
 
 void ConfigCheck::check(const std::string& what, const ConfigFields& fields) {
   const std::string base = prefix_ + std::to_string(++calls_) + "/";
@@ -86,13 +89,23 @@ void ConfigCheck::check(const std::string& what, const ConfigFields& fields) {
   store_->set(base + std::to_string(rank_), std::vector<char>(mine.begin(), mine.end()));
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(base + std::to_string(r));
-  if (!store_->wait(keys, timeout_)) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!store_->wait(keys, timeout_, stop_)) {
     std::string missing;
     int count = 0;
     for (int r = 0; r < size_; ++r) {
       if (store_->check({keys[r]})) continue;
       missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       ++count;
+    }
+    if (stop_requested(stop_)) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.2f",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      OMT_FAIL(kInterrupted, "rank ", rank_, " of ", size_, " was interrupted (", stop_cause(stop_),
+               ") during the ", what, " check before step 1, after ", secs, " s waiting for rank",
+               count == 1 ? " " : "s ", missing, " to publish ", count == 1 ? "its" : "theirs", " (store ",
+               store_->describe(), "). Nothing was trained.");
     }
     OMT_FAIL(kCommunication, "the ", what, " check timed out after ", timeout_.count(),
              " ms on rank ", rank_, " of ", size_, " (store ", store_->describe(), "): rank",

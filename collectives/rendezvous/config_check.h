@@ -5,6 +5,7 @@
 // docs/ARCHITECTURE.md).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -30,8 +31,9 @@ class ConfigCheck {
   // every rank makes in the same order), waits for every rank's, and compares each with rank
   // 0's. Throws on every rank alike: kInvalidArgument when any rank's fields differ ("rank 1
   // differs from rank 0: seed 7 vs 1; lr 0.1 vs 0.05"), kCommunication naming the ranks that
-  // did not publish within the timeout. `what` names the check in messages ("configuration").
-  // Blocks; not thread-safe.
+  // did not publish within the timeout, kInterrupted once RendezvousConfig::stop is set (Note
+  // [Stop requests]). `what` names the check in messages ("configuration"). Blocks; not
+  // thread-safe.
   void check(const std::string& what, const ConfigFields& fields);
 
   int rank() const { return rank_; }
@@ -43,6 +45,7 @@ class ConfigCheck {
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
   std::string source_;
+  const std::atomic<int>* stop_ = nullptr;
   int calls_ = 0;
 };
 

@@ -114,7 +114,7 @@ std::shared_ptr<Store> open_config_store(const RendezvousConfig& config) {
               "(OMT_STORE=file:/dir or redis://host:port).");
     return make_in_process_store();
   }
-  std::shared_ptr<Store> store = open_store(config.store_url, config.timeout);
+  std::shared_ptr<Store> store = open_store(config.store_url, config.timeout, config.stop);
   return config.world_size > 1 ? authenticated_store(store, config.secret) : store;
 }
 

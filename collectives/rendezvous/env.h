@@ -3,10 +3,13 @@
 // OMT_* variables, OpenMPI's mpirun, or Slurm's srun.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "common/stop.h"
 
 namespace omt {
 
@@ -30,6 +33,9 @@ struct RendezvousConfig {
   std::string interface;
   // Every rendezvous and every collective fails within this, naming the missing peers.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Note [Stop requests]: once it holds a nonzero value, every wait of the rendezvous and of
+  // ConfigCheck ends within about 20 ms with kInterrupted. Null: never interrupted.
+  const std::atomic<int>* stop = &process_stop_request();
   // Which launcher the values came from ("OMT_*", "OpenMPI", "Slurm", "defaults"),
   // for error messages.
   std::string source = "defaults";

@@ -19,14 +19,17 @@
 #include <gloo/rendezvous/redis_store.h>
 
 #include "common/error.h"
+#include "common/stop.h"
 
 namespace omt {
 
-bool Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+bool Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                 const std::atomic<int>* stop) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     if (check(keys)) return true;
+    if (stop_requested(stop)) return false;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
@@ -122,9 +125,10 @@ class FileStore final : public Store {
 // One hiredis connection per store: calls are serialised.
 class RedisStore final : public Store {
  public:
-  RedisStore(const std::string& host, int port, std::chrono::milliseconds timeout)
+  RedisStore(const std::string& host, int port, std::chrono::milliseconds timeout,
+             const std::atomic<int>* stop)
       : url_("redis://" + host + ":" + std::to_string(port)) {
-    probe_reachable(host, port, timeout);
+    probe_reachable(host, port, timeout, stop);
     store_ = store_call(url_, "connect",
                         [&] { return std::make_unique<gloo::rendezvous::RedisStore>(host, port); });
   }
@@ -145,7 +149,8 @@ class RedisStore final : public Store {
  private:
   // hiredis connects without a timeout; a dead host would block for minutes. Try a plain
   // TCP connect first, bounded by the rendezvous timeout.
-  void probe_reachable(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  void probe_reachable(const std::string& host, int port, std::chrono::milliseconds timeout,
+                       const std::atomic<int>* stop) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -163,10 +168,16 @@ class RedisStore final : public Store {
         if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
           connected = true;
         } else if (errno == EINPROGRESS) {
+          // In slices of 20 ms, to see a stop request (Note [Stop requests]).
           pollfd p{fd, POLLOUT, 0};
-          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-              deadline - std::chrono::steady_clock::now());
-          if (::poll(&p, 1, static_cast<int>(std::max<long>(left.count(), 1))) == 1) {
+          int ready = 0;
+          while (ready == 0 && !stop_requested(stop)) {
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            if (left.count() <= 0) break;
+            ready = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 20)));
+          }
+          if (ready == 1) {
             int err = 0;
             socklen_t len = sizeof(err);
             ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
@@ -179,11 +190,13 @@ class RedisStore final : public Store {
         }
         ::close(fd);
       }
-      if (connected || std::chrono::steady_clock::now() >= deadline) break;
+      if (connected || std::chrono::steady_clock::now() >= deadline || stop_requested(stop)) break;
       // The server may be starting: retry until the deadline.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ::freeaddrinfo(found);
+    OMT_CHECK(connected || !stop_requested(stop), kInterrupted, "interrupted (", stop_cause(stop),
+              ") while connecting to the Redis store ", url_, " (", last_error, ").");
     OMT_CHECK(connected, kCommunication, "cannot reach Redis store ", url_, " within ",
               timeout.count(), " ms: ", last_error,
               ". Start redis-server there or fix OMT_STORE.");
@@ -204,11 +217,13 @@ std::shared_ptr<Store> make_file_store(const std::string& directory) {
 }
 
 std::shared_ptr<Store> make_redis_store(const std::string& host, int port,
-                                        std::chrono::milliseconds timeout) {
-  return std::make_shared<RedisStore>(host, port, timeout);
+                                        std::chrono::milliseconds timeout,
+                                        const std::atomic<int>* stop) {
+  return std::make_shared<RedisStore>(host, port, timeout, stop);
 }
 
-std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds timeout) {
+std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds timeout,
+                                  const std::atomic<int>* stop) {
   const std::string file = "file:";
   const std::string redis = "redis://";
   if (url.compare(0, file.size(), file) == 0) {
@@ -234,7 +249,7 @@ std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseco
     }
     OMT_CHECK(!host.empty(), kInvalidArgument, "no host in store URL '", url,
               "'. Expected redis://host:port.");
-    return make_redis_store(host, port, timeout);
+    return make_redis_store(host, port, timeout, stop);
   }
   OMT_FAIL(kInvalidArgument, "unknown store '", url,
            "'. Use file:/shared/dir (processes on one host) or redis://host:port (several "

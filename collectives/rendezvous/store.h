@@ -4,6 +4,7 @@
 // FileStore (processes on one host, or a shared file system), RedisStore (hosts).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -24,8 +25,11 @@ class Store {
   // "file:/tmp/x", "redis://host:6379", "in-process": for error messages.
   virtual std::string describe() const = 0;
 
-  // Polls check() until every key exists (true) or `timeout` passes (false).
-  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Polls check() until every key exists (true) or `timeout` passes (false). Also false as
+  // soon as `stop` is set and a key is missing (Note [Stop requests]; tell the two apart
+  // with stop_requested).
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+            const std::atomic<int>* stop = nullptr);
   // Waits for one key and reads it; throws kCommunication naming the key on timeout.
   std::vector<char> wait_get(const std::string& key, std::chrono::milliseconds timeout);
 };
@@ -34,11 +38,14 @@ class Store {
 std::shared_ptr<Store> make_in_process_store();
 // One directory, created if missing; use a fresh one per job (keys are never deleted).
 std::shared_ptr<Store> make_file_store(const std::string& directory);
-// A redis-server at host:port; fails with kCommunication within `timeout` if unreachable.
+// A redis-server at host:port; fails with kCommunication within `timeout` if unreachable,
+// with kInterrupted when `stop` is set first (Note [Stop requests]).
 std::shared_ptr<Store> make_redis_store(const std::string& host, int port,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout,
+                                        const std::atomic<int>* stop = nullptr);
 // "file:/path", "redis://host:port" (port defaults to 6379). Throws kInvalidArgument on
 // any other form, naming the accepted ones.
-std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds timeout);
+std::shared_ptr<Store> open_store(const std::string& url, std::chrono::milliseconds timeout,
+                                  const std::atomic<int>* stop = nullptr);
 
 }  // namespace omt

@@ -14,10 +14,12 @@ enum class ErrorKind {
   kUnsupported,      // a valid request this runtime cannot serve (op, dtype, attribute)
   kIo,               // file system
   kCommunication,    // a replica, peer or collective failed or timed out
+  kInterrupted,      // request_stop() (e.g. from SIGINT) ended a wait before training began
   kInternal,         // a bug in onnx-mirror (the message carries file:line)
 };
 
-// "invalid argument", "model", "unsupported", "i/o", "communication", "internal".
+// "invalid argument", "model", "unsupported", "i/o", "communication", "interrupted",
+// "internal".
 const char* error_kind_name(ErrorKind kind);
 
 class Error : public std::runtime_error {

@@ -30,6 +30,14 @@ struct World {
 };
 World world_from_environment();
 
+// Asks this process to stop waiting for its world (call it from a SIGINT or SIGTERM handler:
+// it is async-signal-safe; `signal` is the signal's number, named in the message). A Trainer
+// being constructed in a world of several processes, or a fit before its first step, that
+// waits for its peers (the rendezvous, the connection setup, the configuration check) then
+// throws kInterrupted within about 20 ms, naming the phase. Once training runs, FitConfig::stop
+// is the way to stop (after a step, with a checkpoint, every process together).
+void request_stop(int signal);
+
 struct TrainerOptions {
   // Class labels: "softmax_cross_entropy" (also "cross-entropy") or "nll". Float targets
   // (regression): "mse", "l1" or "bce_with_logits". "model": the model's own scalar output.

@@ -2,8 +2,11 @@
 // x dtype x op, element by element), ordering, waits, and failures that name the peer.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "collectives/gloo/gloo_communicator.h"
 #include "tests/collectives/test_util.h"
@@ -113,6 +116,37 @@ TEST(GlooCommunicator, RendezvousTimeoutNamesMissingRank) {
   }
   other.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+// Note [Stop requests]: a stop request ends a rank's wait in the rendezvous at once, with
+// kInterrupted naming the rank, the signal, the phase and the missing rank, long before the
+// timeout; without one it would wait the whole 60 s.
+TEST(GlooCommunicator, StopRequestEndsTheRendezvousAtOnce) {
+  std::atomic<int> stop{0};
+  RendezvousConfig config;
+  config.rank = 1;
+  config.world_size = 2;
+  config.store = make_in_process_store();
+  config.timeout = 60s;
+  config.stop = &stop;
+  std::thread signal([&] {
+    std::this_thread::sleep_for(100ms);
+    stop = SIGTERM;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    GlooCommunicator comm(config);
+    ADD_FAILURE() << "rendezvous succeeded without rank 0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInterrupted);
+    EXPECT_NE(std::string(e.what()).find("rank 1 of 2 was interrupted (SIGTERM) during the rendezvous, after "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("waiting for rank 0 to join (store in-process)"), std::string::npos)
+        << e.what();
+  }
+  signal.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
 // A peer whose communicator disappears mid-job (as when its process dies): the others

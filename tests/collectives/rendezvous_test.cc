@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <map>
 #include <string>
 #include <thread>
@@ -293,6 +295,36 @@ TEST(ConfigCheck, ARankThatNeverPublishesIsNamedWithinTheTimeout) {
     EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
     EXPECT_NE(std::string(e.what()).find("ranks 1, 2 have not published"), std::string::npos) << e.what();
   }
+}
+
+// Note [Stop requests]: the check's wait ends at once on a stop request, naming the ranks it
+// waited for.
+TEST(ConfigCheck, AStopRequestEndsTheWaitAtOnce) {
+  std::atomic<int> stop{0};
+  RendezvousConfig c;
+  c.rank = 0;
+  c.world_size = 2;
+  c.store = make_in_process_store();
+  c.timeout = 60s;
+  c.stop = &stop;
+  std::thread signal([&] {
+    std::this_thread::sleep_for(100ms);
+    stop = SIGINT;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ConfigCheck(c).check("configuration", {{"seed", "1"}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInterrupted);
+    EXPECT_NE(std::string(e.what()).find("rank 0 of 2 was interrupted (SIGINT) during the configuration check before "
+                                         "step 1, after "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("waiting for rank 1 to publish its"), std::string::npos) << e.what();
+  }
+  signal.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
 }  // namespace

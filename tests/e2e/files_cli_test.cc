@@ -201,6 +201,61 @@ std::vector<pid_t> children_of(pid_t pid) {
   return out;
 }
 
+bool gone(pid_t pid) { return !fs::exists("/proc/" + std::to_string(pid)); }
+
+// One `train --nproc 3` launch of the signal tests: the launcher (rank 0), its two children
+// (ranks 1 and 2, in pid order) and the log all three write.
+struct World3 {
+  pid_t launcher = 0;
+  std::vector<pid_t> children;
+  std::string log_path;
+  std::string log() const { return read_file_bytes(log_path); }
+};
+
+// Starts `[env] onnx-mirror-train train ARGS --nproc 3 --metrics DIR/run.jsonl` and waits up
+// to 30 s for both children and for `metrics_bytes` of metrics (600: a few steps; 1: the
+// first step, so the world has met; 0: do not wait for any). Check children.size() == 2 after.
+World3 start_world(const test::TempDir& dir, const std::string& args, size_t metrics_bytes = 600,
+                   const std::string& env = "") {
+  const std::string metrics = dir.file("run.jsonl");
+  fs::remove(metrics);
+  World3 w;
+  w.log_path = dir.file("log.txt");
+  w.launcher = start(env + test::tool_path() + " train " + args + " --nproc 3 --metrics " + metrics, w.log_path);
+  for (int i = 0; i < 1500; ++i) {
+    w.children = children_of(w.launcher);
+    if (w.children.size() == 2 &&
+        (metrics_bytes == 0 || (file_exists(metrics) && read_file_bytes(metrics).size() >= metrics_bytes)))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return w;
+}
+
+// How a launch ended, `seconds` after `begin`. When it had not within `limit`, every process
+// was killed and `in_time` is false.
+struct Ending {
+  bool in_time = false;
+  double seconds = 0;
+  int status = 0;
+  std::string log;
+};
+
+Ending wait_world(const World3& w, std::chrono::steady_clock::time_point begin, std::chrono::seconds limit) {
+  Ending e;
+  while (waitpid(w.launcher, &e.status, WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  e.in_time = e.seconds < std::chrono::duration<double>(limit).count();
+  if (!e.in_time) {
+    for (pid_t c : w.children) kill(c, SIGKILL);
+    kill(w.launcher, SIGKILL);
+    waitpid(w.launcher, &e.status, 0);
+  }
+  e.log = w.log();
+  return e;
+}
+
 // Note [Stopping together] in runtime/mirrored_trainer.h: SIGTERM or SIGINT to any rank of
 // `--nproc 3` (the launcher, rank 0, or a child) stops every rank after the same step: the
 // launcher exits 130 saying so, a checkpoint is written, no rank ends by a signal or waits
@@ -212,43 +267,26 @@ TEST(TrainSignals, SignalToAnyRankStopsEveryRankWithACheckpoint) {
   const std::string data = write_slice(dir, "train.npz", 512);
   std::mt19937 rng(5);
   for (int trial = 0; trial < 20; ++trial) {
-    const std::string ck = dir.file("ck" + std::to_string(trial)), metrics = dir.file("run.jsonl");
-    fs::remove(metrics);
-    const std::string common = " train " + kMlp + " --data " + data + " --global-batch 48 --nproc 3 --timeout 30" +
-                               " --checkpoint-dir " + ck;
-    const pid_t launcher = start(test::tool_path() + common + " --epochs 1000 --metrics " + metrics, dir.file("log.txt"));
-    std::vector<pid_t> children;
-    for (int i = 0; i < 1500; ++i) {  // up to 30 s for both children and a few steps
-      children = children_of(launcher);
-      if (children.size() == 2 && file_exists(metrics) && read_file_bytes(metrics).size() > 600) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_EQ(children.size(), 2u) << read_file_bytes(dir.file("log.txt"));
+    const std::string ck = dir.file("ck" + std::to_string(trial));
+    const std::string common = kMlp + " --data " + data + " --global-batch 48 --timeout 30 --checkpoint-dir " + ck;
+    const World3 w = start_world(dir, common + " --epochs 1000");
+    ASSERT_EQ(w.children.size(), 2u) << w.log();
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 200)(rng)));
     const int sig = (trial / 3) % 2 ? SIGINT : SIGTERM;
-    const pid_t target = trial % 3 == 0 ? launcher : children[static_cast<size_t>(trial % 3 - 1)];
+    const pid_t target = trial % 3 == 0 ? w.launcher : w.children[static_cast<size_t>(trial % 3 - 1)];
     const auto begin = std::chrono::steady_clock::now();
     kill(target, sig);
-    int status = 0;
-    while (waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(25))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const bool ended = std::chrono::steady_clock::now() - begin < std::chrono::seconds(25);
-    if (!ended) {
-      for (pid_t c : children) kill(c, SIGKILL);
-      kill(launcher, SIGKILL);
-      waitpid(launcher, &status, 0);
-    }
-    const std::string log = read_file_bytes(dir.file("log.txt"));
-    const std::string what = str_cat("trial ", trial, ": signal ", sig, " to ", target == launcher ? "rank 0" : "a child");
-    ASSERT_TRUE(ended) << what << " hung:\n" << log;
-    ASSERT_TRUE(WIFEXITED(status)) << what << ": the launcher ended by signal " << WTERMSIG(status) << "\n" << log;
-    EXPECT_EQ(WEXITSTATUS(status), 130) << what << "\n" << log;
-    EXPECT_NE(log.find("interrupted at step"), std::string::npos) << what << "\n" << log;
-    EXPECT_EQ(log.find("EnforceNotMet"), std::string::npos) << what << "\n" << log;
-    EXPECT_EQ(log.find("signal"), std::string::npos) << what << "\n" << log;
-    for (pid_t c : children) EXPECT_FALSE(fs::exists("/proc/" + std::to_string(c))) << what << ": child " << c << " left";
-    ASSERT_TRUE(file_exists(ck + "/latest")) << what << "\n" << log;
-    const auto r = run_tool(common + " --steps 1 --resume " + ck);
+    const Ending e = wait_world(w, begin, std::chrono::seconds(25));
+    const std::string what = str_cat("trial ", trial, ": signal ", sig, " to ", target == w.launcher ? "rank 0" : "a child");
+    ASSERT_TRUE(e.in_time) << what << " hung:\n" << e.log;
+    ASSERT_TRUE(WIFEXITED(e.status)) << what << ": the launcher ended by signal " << WTERMSIG(e.status) << "\n" << e.log;
+    EXPECT_EQ(WEXITSTATUS(e.status), 130) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("interrupted at step"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_EQ(e.log.find("EnforceNotMet"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_EQ(e.log.find("signal"), std::string::npos) << what << "\n" << e.log;
+    for (pid_t c : w.children) EXPECT_TRUE(gone(c)) << what << ": child " << c << " left";
+    ASSERT_TRUE(file_exists(ck + "/latest")) << what << "\n" << e.log;
+    const auto r = run_tool("train " + common + " --nproc 3 --steps 1 --resume " + ck);
     EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.output;
     EXPECT_NE(r.output.find("resumed from"), std::string::npos) << what << "\n" << r.output;
   }
@@ -257,9 +295,10 @@ TEST(TrainSignals, SignalToAnyRankStopsEveryRankWithACheckpoint) {
 // Note [Naming the missing peer] in collectives/gloo: a rank stopped with SIGSTOP (still
 // connected, silent) is named by rank, pid and host by the ranks waiting for it, within the
 // timeout plus the launcher's 5 s grace; the launcher exits non-zero and reaps it. Before,
-// the message said only that every connection was open. 6 trials, alternating the child (each
-// takes the 2 s timeout and the 5 s grace: 20 would add two minutes to every test run); every
-// other one takes the timeout from OMT_TIMEOUT_S instead of --timeout, which `train` ignored.
+// the message said only that every connection was open. 20 trials, as issue 17 asks,
+// alternating the child; each is cheap (stopped after the first step, 2 s timeout: about
+// 3 s a trial, a minute in all). Every other one takes the timeout from OMT_TIMEOUT_S instead of --timeout,
+// which `train` ignored.
 TEST(TrainSignals, StoppedRankIsNamedWithinTheTimeout) {
   test::TempDir dir;
   const auto malformed =
@@ -267,42 +306,27 @@ TEST(TrainSignals, StoppedRankIsNamedWithinTheTimeout) {
   EXPECT_EQ(malformed.exit_code, 2) << malformed.output;
   EXPECT_NE(malformed.output.find("OMT_TIMEOUT_S='abc'"), std::string::npos) << malformed.output;
   const std::string data = write_slice(dir, "train.npz", 512);
-  for (int trial = 0; trial < 6; ++trial) {
+  for (int trial = 0; trial < 20; ++trial) {
     const int child = trial % 2;
-    const std::string metrics = dir.file("run.jsonl");
-    fs::remove(metrics);
-    const bool env = trial >= 3;
-    const pid_t launcher = start((env ? "env OMT_TIMEOUT_S=2 " : "") + test::tool_path() + " train " + kMlp +
-                                     " --data " + data + " --global-batch 48 --nproc 3 --epochs 1000 --metrics " +
-                                     metrics + (env ? "" : " --timeout 2"),
-                                 dir.file("log.txt"));
-    std::vector<pid_t> children;
-    for (int i = 0; i < 1500; ++i) {
-      children = children_of(launcher);
-      if (children.size() == 2 && file_exists(metrics) && read_file_bytes(metrics).size() > 600) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_EQ(children.size(), 2u) << read_file_bytes(dir.file("log.txt"));
-    const pid_t stopped = children[static_cast<size_t>(child)];
+    const bool env = trial % 4 >= 2;
+    const World3 w = start_world(dir, kMlp + " --data " + data + " --global-batch 48 --epochs 1000" + (env ? "" : " --timeout 2"),
+                                 1, env ? "env OMT_TIMEOUT_S=2 " : "");
+    ASSERT_EQ(w.children.size(), 2u) << w.log();
+    const pid_t stopped = w.children[static_cast<size_t>(child)];
     const auto begin = std::chrono::steady_clock::now();
     kill(stopped, SIGSTOP);
-    int status = 0;
-    while (waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(30))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    if (took >= 30) {
-      for (pid_t c : children) kill(c, SIGKILL);
-      kill(launcher, SIGKILL);
-      waitpid(launcher, &status, 0);
-    }
-    const std::string log = read_file_bytes(dir.file("log.txt"));
-    ASSERT_LT(took, 2 + 10) << "child " << child << " stopped; took " << took << " s\n" << log;
-    ASSERT_TRUE(WIFEXITED(status)) << log;
-    EXPECT_NE(WEXITSTATUS(status), 0) << log;
-    EXPECT_NE(log.find("(pid " + std::to_string(stopped) + " on host"), std::string::npos) << log;
-    EXPECT_NE(log.find("did not answer"), std::string::npos) << log;
-    EXPECT_NE(log.find("within 2000 ms"), std::string::npos) << log;
-    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(stopped))) << "the stopped rank was left behind";
+    const Ending e = wait_world(w, begin, std::chrono::seconds(30));
+    const std::string what = str_cat("trial ", trial, ": child ", child, " (pid ", stopped, ") stopped");
+    ASSERT_LT(e.seconds, 2 + 10) << what << "; took " << e.seconds << " s\n" << e.log;
+    ASSERT_TRUE(WIFEXITED(e.status)) << what << "\n" << e.log;
+    EXPECT_NE(WEXITSTATUS(e.status), 0) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("(pid " + std::to_string(stopped) + " on host"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("did not answer"), std::string::npos) << what << "\n" << e.log;
+    // The 2 s timeout applied: whether a survivor's wait ran out first ("did not finish within
+    // 2000 ms") or Gloo's own bound (the timeout less the roll call's grace), the roll call
+    // waited its grace, a tenth of the timeout (60 s would give 3.0 s).
+    EXPECT_NE(e.log.find("silent for 0.2 s after the failure"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_TRUE(gone(stopped)) << what << ": the stopped rank was left behind";
   }
 }
 
@@ -314,39 +338,131 @@ TEST(TrainSignals, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
   const std::string data = write_slice(dir, "train.npz", 512);
   std::mt19937 rng(9);
   for (int trial = 0; trial < 20; ++trial) {
-    const std::string metrics = dir.file("run.jsonl");
-    fs::remove(metrics);
-    const pid_t launcher = start(test::tool_path() + " train " + kMlp + " --data " + data +
-                                     " --global-batch 48 --nproc 3 --timeout 3 --epochs 1000 --metrics " + metrics,
-                                 dir.file("log.txt"));
-    std::vector<pid_t> children;
-    for (int i = 0; i < 1500; ++i) {
-      children = children_of(launcher);
-      if (children.size() == 2 && file_exists(metrics) && read_file_bytes(metrics).size() > 600) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_EQ(children.size(), 2u) << read_file_bytes(dir.file("log.txt"));
+    const World3 w = start_world(dir, kMlp + " --data " + data + " --global-batch 48 --timeout 3 --epochs 1000");
+    ASSERT_EQ(w.children.size(), 2u) << w.log();
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 200)(rng)));
     const int victim = trial % 2;  // rank victim + 1; the launcher (rank 0) survives to report
-    const pid_t killed = children[static_cast<size_t>(victim)];
+    const pid_t killed = w.children[static_cast<size_t>(victim)];
     const auto begin = std::chrono::steady_clock::now();
     kill(killed, SIGKILL);
-    int status = 0;
-    while (waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(30))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    if (took >= 30) {
-      for (pid_t c : children) kill(c, SIGKILL);
-      kill(launcher, SIGKILL);
-      waitpid(launcher, &status, 0);
-    }
-    const std::string log = read_file_bytes(dir.file("log.txt"));
+    const Ending e = wait_world(w, begin, std::chrono::seconds(30));
     const std::string what = str_cat("trial ", trial, ": rank ", victim + 1, " (pid ", killed, ") killed");
-    ASSERT_LT(took, 3 + 10) << what << "; took " << took << " s\n" << log;
-    ASSERT_TRUE(WIFEXITED(status)) << what << "\n" << log;
-    EXPECT_NE(WEXITSTATUS(status), 0) << what << "\n" << log;
-    EXPECT_NE(log.find(str_cat("rank ", victim + 1, " (pid ", killed, " on host")), std::string::npos) << what << "\n" << log;
-    for (pid_t c : children) EXPECT_FALSE(fs::exists("/proc/" + std::to_string(c))) << what << ": child " << c << " left";
+    ASSERT_LT(e.seconds, 3 + 10) << what << "; took " << e.seconds << " s\n" << e.log;
+    ASSERT_TRUE(WIFEXITED(e.status)) << what << "\n" << e.log;
+    EXPECT_NE(WEXITSTATUS(e.status), 0) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find(str_cat("rank ", victim + 1, " (pid ", killed, " on host")), std::string::npos) << what << "\n" << e.log;
+    for (pid_t c : w.children) EXPECT_TRUE(gone(c)) << what << ": child " << c << " left";
+  }
+}
+
+// Records in a file store folder (the join records are the first a rank writes), or -1 when
+// there is no such folder (yet).
+int store_records(const std::string& folder) {
+  std::error_code ec;
+  int n = 0;
+  for (fs::recursive_directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) ++n;
+  return ec ? -1 : n;
+}
+
+// Waits up to 30 s for `n` records in `folder`; false if they never come.
+bool wait_for_records(const std::string& folder, int n) {
+  for (int i = 0; i < 1500; ++i) {
+    if (store_records(folder) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The world folder of a launcher (Note [Local world cleanup]); "" until it exists.
+std::string world_folder_of(pid_t launcher) {
+  const std::string prefix = "omt-world-" + std::to_string(launcher) + "-";
+  for (const auto& f : world_folders())
+    if (fs::path(f).filename().string().rfind(prefix, 0) == 0) return f;
+  return "";
+}
+
+// Note [Stop requests] in common/stop.h: SIGINT to the launcher of `--nproc 3` while the
+// world is still meeting (one child stopped before it joins, so rank 0 and the other child
+// wait for it in the rendezvous) ends every process within a couple of seconds, exit 130,
+// naming the phase, instead of at the rendezvous timeout (60 s here). The launcher passes
+// it on as SIGTERM (and SIGCONT) to its children.
+TEST(TrainSignals, InterruptDuringRendezvousEndsTheWorldAtOnce) {
+  test::TempDir dir;
+  const std::string data = write_slice(dir, "train.npz", 128);
+  for (int trial = 0; trial < 3; ++trial) {
+    const World3 w = start_world(dir, kMlp + " --data " + data + " --global-batch 32 --steps 3 --timeout 60", 0);
+    ASSERT_EQ(w.children.size(), 2u) << w.log();
+    const pid_t absent = w.children[static_cast<size_t>(trial % 2)];
+    kill(absent, SIGSTOP);  // before it has loaded anything, so it has not joined
+    const bool joined = wait_for_records(world_folder_of(w.launcher), 2);
+    const auto begin = std::chrono::steady_clock::now();
+    kill(w.launcher, SIGINT);
+    const Ending e = wait_world(w, begin, std::chrono::seconds(30));
+    const std::string what = str_cat("trial ", trial, ": SIGINT to the launcher, pid ", absent, " stopped");
+    ASSERT_TRUE(joined) << what << ": ranks never joined\n" << e.log;
+    ASSERT_TRUE(e.in_time) << what << " hung:\n" << e.log;
+    ASSERT_TRUE(WIFEXITED(e.status)) << what << ": signal " << WTERMSIG(e.status) << "\n" << e.log;
+    EXPECT_EQ(WEXITSTATUS(e.status), 130) << what << "\n" << e.log;
+    EXPECT_LT(e.seconds, 5) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("interrupted: rank 0 of 3 was interrupted (SIGINT) during the rendezvous, after "),
+              std::string::npos)
+        << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("to join (store file:"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find("of 3 was interrupted (SIGTERM) during the "), std::string::npos) << what << "\n" << e.log;
+    EXPECT_EQ(e.log.find("timed out"), std::string::npos) << what << "\n" << e.log;
+    EXPECT_EQ(e.log.find("EnforceNotMet"), std::string::npos) << what << "\n" << e.log;
+    for (pid_t c : w.children) EXPECT_TRUE(gone(c)) << what << ": child " << c << " left";
+  }
+}
+
+// A world started by hand (the OMT_* variables, as README shows for several hosts) with rank
+// 2 missing: SIGTERM or SIGINT to rank 1 while it waits ends it within a couple of seconds,
+// exit 130, naming the phase and the rank it waited for. Rank 0 goes on waiting and fails at
+// its own timeout naming the missing rank, exit 6, as before.
+TEST(TrainSignals, InterruptedRankLeavesTheRendezvousAtOnce) {
+  test::TempDir dir;
+  const std::string data = write_slice(dir, "train.npz", 128);
+  for (int trial = 0; trial < 2; ++trial) {
+    const int sig = trial == 0 ? SIGTERM : SIGINT;
+    const std::string store = dir.file("store" + std::to_string(trial));
+    std::vector<pid_t> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(start(str_cat("env OMT_WORLD_SIZE=3 OMT_RANK=", r, " OMT_LOCAL_RANK=", r, " OMT_STORE=file:", store,
+                                    " OMT_RUN_ID=by-hand OMT_RUN_SECRET=0123456789abcdef0123456789abcdef ",
+                                    test::tool_path(), " train ", kMlp, " --data ", data,
+                                    " --global-batch 32 --steps 3 --timeout 4"),
+                            dir.file(str_cat("rank", r, ".txt"))));
+    const bool joined = wait_for_records(store, 2);
+    const auto begin = std::chrono::steady_clock::now();
+    kill(ranks[1], sig);
+    std::vector<int> status(2, 0);
+    std::vector<double> took(2, 0);
+    for (int r : {1, 0}) {
+      while (waitpid(ranks[r], &status[r], WNOHANG) == 0 && std::chrono::steady_clock::now() - begin < std::chrono::seconds(20))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      took[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      if (took[r] >= 20) {
+        kill(ranks[r], SIGKILL);
+        waitpid(ranks[r], &status[r], 0);
+      }
+    }
+    const std::string log0 = read_file_bytes(dir.file("rank0.txt")), log1 = read_file_bytes(dir.file("rank1.txt"));
+    const std::string what = str_cat("trial ", trial, ": signal ", sig, " to rank 1\nrank 0:\n", log0, "\nrank 1:\n", log1);
+    ASSERT_TRUE(joined) << what;
+    ASSERT_TRUE(WIFEXITED(status[1])) << what;
+    EXPECT_EQ(WEXITSTATUS(status[1]), 130) << what;
+    EXPECT_LT(took[1], 2.5) << what;
+    EXPECT_NE(log1.find(str_cat("interrupted: rank 1 of 3 was interrupted (", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                                ") during the rendezvous, after ")),
+              std::string::npos)
+        << what;
+    EXPECT_NE(log1.find("waiting for rank 2 to join (store file:" + store + ")"), std::string::npos) << what;
+    EXPECT_NE(log1.find("Nothing was trained."), std::string::npos) << what;
+    ASSERT_TRUE(WIFEXITED(status[0])) << what;
+    EXPECT_EQ(WEXITSTATUS(status[0]), 6) << what;
+    EXPECT_LT(took[0], 4 + 10) << what;
+    EXPECT_NE(log0.find("rank 2 never joined"), std::string::npos) << what;
   }
 }
 
