@@ -141,7 +141,7 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
           work(r);
         }));
     } catch (...) {
-      for (auto& t : pool) t.join();  // Note [Thread pools unwind] in runtime/mirrored_trainer.cc
+      for (auto& t : pool) t.join();  // Note [Thread pools unwind] in runtime/replica_pool.cc
       throw;
     }
     for (auto& t : pool) t.join();

@@ -248,7 +248,7 @@ void BM_MaxPoolGrad(benchmark::State& st, ConvShape c, bool fused) {
 
 // ---- gradient reduction ---------------------------------------------------------------------
 
-// What 2 local replicas do per bucket today (runtime/mirrored_trainer.cc reduce_bucket):
+// What 2 local replicas do per bucket today (runtime/reducer.cc, Reducer::reduce):
 // replica 0's buffer += replica 1's, on one thread.
 void BM_LocalBucketSum(benchmark::State& st) {
   const int64_t n = st.range(0) / 4;

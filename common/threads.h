@@ -1,7 +1,7 @@
 // Threads onnx-mirror starts and how many it may ask for. A thread the system refuses
 // (EAGAIN: RLIMIT_NPROC, kernel.threads-max, memory for its stack) is an omt::Error naming
 // what it was for, never a std::system_error escaping as an internal error or a half-built
-// pool (Note [Thread pools unwind] in runtime/mirrored_trainer.cc).
+// pool (Note [Thread pools unwind] in runtime/replica_pool.cc).
 #pragma once
 
 #include <cerrno>

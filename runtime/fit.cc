@@ -40,7 +40,7 @@ struct PreparedStep {
   int64_t global_samples = 0;
   int64_t global_count = 0;  // positions the loss counts (Note [Targets of any shape])
   // micro[k][r]: local replica r's shard of micro-batch k (one without --accumulate; Note
-  // [Accumulation] in mirrored_trainer.cc): each replica's shard cut into K contiguous parts.
+  // [Accumulation] in host_replicas.cc): each replica's shard cut into K contiguous parts.
   std::vector<std::vector<ReplicaBatch>> micro;
 };
 

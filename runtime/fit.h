@@ -29,7 +29,7 @@ struct FitOptions {
   int64_t max_steps = 0;         // > 0: stop after this many steps (overrides epochs)
   int64_t global_batch = 64;
   // Gradient accumulation: each step's global batch runs as this many micro-batches per
-  // replica, all-reduced once (Note [Accumulation] in mirrored_trainer.cc). Training
+  // replica, all-reduced once (Note [Accumulation] in host_replicas.cc). Training
   // accuracy counts the last micro-batch of each step.
   int64_t accumulate = 1;
   float lr = 0.01f;

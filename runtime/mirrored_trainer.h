@@ -1,12 +1,18 @@
 // MirroredTrainer: data-parallel training with MirroredStrategy semantics and DDP-style
-// overlap. This process runs `replicas` local replicas, one persistent thread each (pinned to
-// its share of the cores); with a communicator, several processes join one world of
-// processes x replicas. Each replica holds its own copy of the parameters, runs the backward
-// graph of the mirror plan on its shard of the global batch, and writes every gradient
-// straight into its bucket slot. When the last local replica finishes a bucket, that bucket
-// is summed across local replicas (shared memory) and then across processes (the
-// communicator) while backward goes on; each replica's optimizer update of a bucket waits
-// only for that bucket (Note [Step schedule] in mirrored_trainer.cc).
+// overlap. This process runs `replicas` local replicas (replica 0 on the caller, the others
+// on persistent threads, each pinned to its share of the cores: runtime/replica_pool.h);
+// with a communicator, several processes join one world of processes x replicas. Each
+// replica runs the backward graph of the mirror plan on its shard of the global batch and
+// writes every gradient straight into its bucket slot. On CPU replicas
+// (runtime/host_replicas.h), when the last local replica finishes a bucket it is reduced
+// while backward goes on (runtime/reducer.h): summed across local replicas into replica 0's
+// buffer (shared memory) and all-reduced across processes; each replica's optimizer update
+// of a bucket waits only for that bucket (Note [Step schedule] in runtime/replica_strategy.cc).
+// With SGD or Adam the local replicas share one copy of the parameters and each updates a
+// slice of it (Note [Sliced update]), and in one process the update itself does the local
+// sum (Note [Local sum in the update], both in runtime/host_replicas.cc). On GPUs each
+// replica holds its own copy and its buckets are all-reduced by NCCL on its stream (Note
+// [Replicas on GPUs] in runtime/device_replicas.cc).
 #pragma once
 
 #include <atomic>
@@ -36,11 +42,11 @@ struct MirrorOptions {
   // local rank): replica r is pinned to cores from (local_process * replicas + r) *
   // threads_per_replica on, so that processes sharing a host do not share cores. On GPUs,
   // with several processes, replica r runs on GPU (local_process * replicas + r) mod the
-  // visible devices (Note [Replicas on GPUs] in mirrored_trainer.cc).
+  // visible devices (Note [Replicas on GPUs] in device_replicas.cc).
   int local_process = 0;
   // > 0: gradients are scaled so that their global L2 norm, over every parameter and the
   // whole global batch, is at most this before the update, as torch.nn.utils.clip_grad_norm_
-  // (Note [Clipping] in mirrored_trainer.cc). CPU replicas only.
+  // (Note [Clipping] in host_replicas.cc). CPU replicas only.
   double clip_grad_norm = 0;
   // Note [Dropout per replica]: the seed of the replicas' dropout masks. Global replica g's
   // Dropout nodes draw from seeds derived from (seed, g, the node), so every replica draws
@@ -56,7 +62,7 @@ struct MirrorOptions {
   bool fuse = true;             // fuse Conv+Relu and MaxPoolGrad+ReluGrad where the backend can (graph/fusion.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   bool trace = false;           // record a Chrome-trace timeline (write_trace)
-  SessionOptions session;       // device (Note [Replicas on GPUs] in mirrored_trainer.cc)
+  SessionOptions session;       // device (Note [Replicas on GPUs] in device_replicas.cc)
   // Note [Shared parameters]: tensors by initializer name (trainable parameters, BatchNorm
   // statistics) that local replica 0 uses as its own storage instead of clones. They start
   // the training (every replica copies them) and every step and load() writes into them in
@@ -86,7 +92,7 @@ struct DeferredRows {
 // whatever follows it: int64 [n] class labels, int64 [n, T] token labels, or float regression
 // targets [n, ...] shaped like the model output ([n, seq, d] for a sequence model). The losses
 // average over the shard's counted positions (every element; for class labels those that are
-// not ignore_index), and the loss seed count / global count (Note [Step schedule]) makes the
+// not ignore_index), and the loss seed count / global count (Note [Step schedule] in replica_strategy.cc) makes the
 // sum over replicas the mean over the global batch's counted positions, however unevenly
 // padding falls on the replicas.
 struct ReplicaBatch {
@@ -142,7 +148,7 @@ class MirroredTrainer {
   // never hangs past the timeout.
   MirroredStepResult step(const std::vector<ReplicaBatch>& local, int64_t global_samples, float lr,
                           int64_t global_count = -1);
-  // Gradient accumulation (Note [Accumulation] in mirrored_trainer.cc): one step over K
+  // Gradient accumulation (Note [Accumulation] in host_replicas.cc): one step over K
   // micro-batches, micro[k][r] local replica r's shard of micro-batch k; each bucket is
   // reduced once, after the last. `global_samples` and `global_count` cover all K. The update
   // equals step() on the K micro-batches joined. MirroredStepResult::outputs are the last

@@ -108,7 +108,7 @@ NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole
   try {
     for (int r = 1; r < n; ++r) threads.push_back(start_thread(str_cat("prediction replica ", r, " of ", n), work, r));
   } catch (...) {
-    for (auto& t : threads) t.join();  // Note [Thread pools unwind] in runtime/mirrored_trainer.cc
+    for (auto& t : threads) t.join();  // Note [Thread pools unwind] in runtime/replica_pool.cc
     throw;
   }
   work(0);

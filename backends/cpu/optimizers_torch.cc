@@ -51,7 +51,7 @@ void check_like(const KernelContext& ctx, const KernelInfo& info, int in, const 
 // Note [Summed gradients]: with the attribute gradients=K (default 1) an optimizer node sums K
 // gradient inputs: `grad` and, after every other input, K-1 more of grad's shape, added in
 // input order (((grad + g2) + g3) ...). The trainer uses it to fold the sum over local replicas
-// into the update (Note [Local sum in the update] in mirrored_trainer.cc): one pass over the
+// into the update (Note [Local sum in the update] in runtime/host_replicas.cc): one pass over the
 // gradients instead of a sum pass and an update pass.
 template <class T, int K>  // K: the gradient count, 0 when only known at run time
 struct GradSum {

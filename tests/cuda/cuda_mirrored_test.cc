@@ -1,4 +1,4 @@
-// MirroredTrainer on GPUs (Note [Replicas on GPUs] in runtime/mirrored_trainer.cc): one GPU
+// MirroredTrainer on GPUs (Note [Replicas on GPUs] in runtime/device_replicas.cc): one GPU
 // trains models/cnn.onnx for 3 SGD steps as the CPU MirroredTrainer does; two GPUs (NCCL
 // all-reduce, with and without overlap) give the update of one GPU on the whole batch (the
 // mirroring invariant); fit on "cuda" runs a short epoch. Skips without a GPU (or, for the
