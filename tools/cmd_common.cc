@@ -106,14 +106,18 @@ onnx_mirror::Dataset load_data(const std::string& spec, const std::string& label
 // Note [Windows longer than the positions]: an input declared [batch, T] with a fixed T has
 // --seq-len checked against T when the data is bound (Note [Token files]). An export with a
 // symbolic sequence length accepts any --seq-len there, and a window longer than the model's
-// position table would fail only inside step 1, where a Gather reads past the table. So the
-// first window runs through the forward pass before training or evaluation starts; a failure
-// is reported as a --seq-len problem, with the model's own error (the node and the index
-// that is out of range) inside it. It costs one forward pass of one window.
+// position table would fail only inside step 1, where a Gather reads past the table. So for such
+// an input the first window runs through the forward pass before training or evaluation
+// starts; a failure is reported as a --seq-len problem, with the model's own error (the node
+// and the index that is out of range) inside it. It costs one forward pass of one window.
 void check_window_length(onnx_mirror::Model& model, const onnx_mirror::Dataset& data,
                          const std::map<std::string, std::string>& input_map, const onnx_mirror::Preprocess& preprocess) {
   if (!data.token_file || data.size() == 0) return;
   const onnx_mirror::Tensors window = model.prepare_inputs(data.slice(0, 1), input_map, preprocess);
+  bool symbolic = false;  // a declared length was checked when the data was bound
+  for (const auto& in : model.inputs())
+    symbolic |= window.count(in.name) && (in.shape.size() < 2 || in.shape[1] < 0);
+  if (!symbolic) return;
   int64_t seq_len = 0;
   for (const auto& [name, t] : window)
     if (t.rank() == 2) seq_len = t.dim(1);
