@@ -21,6 +21,7 @@
 
 #include "graph/onnx_io.h"
 #include "runtime/data/npy.h"
+#include "tests/modern_exports.h"
 #include "tests/test_util.h"
 
 namespace omt {
@@ -28,42 +29,19 @@ namespace {
 
 using test::run_tool;
 
-struct Case {
-  const char* model;
-  const char* variant;
-};
-
-std::string file_of(const Case& c) { return std::string(c.model) + (*c.variant ? std::string("_") + c.variant : ""); }
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return file_of(info.param); }
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return nlohmann::json::parse(f);
-}
-
-// The first element of `got` (float32) that is not within atol + rtol |want| of torch's
-// float64 `want`, or success.
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double rtol = 1e-4, double atol = 1e-5) {
-  if (got.shape() != want.shape())
-    return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << ", torch " << shape_str(want.shape());
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = got.value_as_double(i), w = want.value_as_double(i);
-    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w)))
-      return ::testing::AssertionFailure() << "element " << i << ": " << g << ", torch " << w;
-  }
-  return ::testing::AssertionSuccess();
-}
+using Case = test::ModernCase;
+using test::close_to_reference;
+using test::modern_file;
+using test::read_json;
 
 class ModernCli : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     const Case& c = GetParam();
     const std::string dir = test::source_path("tests/data/modern/");
-    onnx_ = dir + file_of(c) + ".onnx";
+    onnx_ = dir + modern_file(c) + ".onnx";
     ref_ = read_npz(dir + c.model + "_ref.npz");
-    params_ = read_json(dir + file_of(c) + "_params.json");
+    params_ = read_json(dir + modern_file(c) + "_params.json");
     const nlohmann::json manifest = read_json(dir + "manifest.json");
     const std::string loss =
         manifest["models"].contains(c.model) ? manifest["models"][c.model]["loss"] : params_["loss"];
@@ -130,7 +108,7 @@ TEST_P(ModernCli, PredictWithOneAndTwoReplicasMatchesTorch) {
   const NamedTensors one = predict(onnx_, 1);
   for (const auto& o : graph_.outputs) {
     ASSERT_TRUE(one.has(o.name)) << o.name;
-    EXPECT_TRUE(close(one.at(o.name), ref_.at(prefix + o.name))) << o.name << ", 1 replica";
+    EXPECT_TRUE(close_to_reference(one.at(o.name), ref_.at(prefix + o.name))) << o.name << ", 1 replica";
   }
   if (train_mode_) {
     const auto r = run_tool("predict " + onnx_ + " --data " + dir_.file("batch.npz") + " --replicas 2 --output " +
@@ -142,7 +120,7 @@ TEST_P(ModernCli, PredictWithOneAndTwoReplicasMatchesTorch) {
   const NamedTensors two = predict(onnx_, 2);
   for (const auto& o : graph_.outputs) {
     ASSERT_TRUE(two.has(o.name)) << o.name;
-    EXPECT_TRUE(close(two.at(o.name), ref_.at(prefix + o.name))) << o.name << ", 2 replicas";
+    EXPECT_TRUE(close_to_reference(two.at(o.name), ref_.at(prefix + o.name))) << o.name << ", 2 replicas";
   }
 }
 
@@ -160,7 +138,7 @@ TEST_P(ModernCli, GradMatchesTorch) {
   ASSERT_FALSE(trained.empty());
   for (const auto& [name, key] : trained) {
     ASSERT_TRUE(grads.has(name)) << "no gradient for " << name;
-    EXPECT_TRUE(close(grads.at(name), ref_.at(key))) << name << " (" << key << ")";
+    EXPECT_TRUE(close_to_reference(grads.at(name), ref_.at(key))) << name << " (" << key << ")";
   }
 }
 
@@ -175,7 +153,7 @@ TEST_P(ModernCli, ThreeSgdStepsMatchTorchAndTheTrainedFilePredicts) {
   ASSERT_FALSE(keys.empty());
   for (const auto& [name, key] : keys) {
     ASSERT_TRUE(trained.initializers.has(name)) << name << " is not in the trained file";
-    EXPECT_TRUE(close(trained.initializers.at(name), ref_.at(key))) << name << " (" << key << ")";
+    EXPECT_TRUE(close_to_reference(trained.initializers.at(name), ref_.at(key))) << name << " (" << key << ")";
   }
   // What onnx-mirror writes is an inference model (Note [Trained models are inference
   // models]): its outputs do not depend on how the batch is split.
@@ -183,22 +161,11 @@ TEST_P(ModernCli, ThreeSgdStepsMatchTorchAndTheTrainedFilePredicts) {
   const NamedTensors two = predict(dir_.file("trained.onnx"), 2);
   for (const auto& o : graph_.outputs) {
     ASSERT_TRUE(one.has(o.name) && two.has(o.name)) << o.name;
-    EXPECT_TRUE(close(two.at(o.name), one.at(o.name), 1e-5, 1e-6)) << o.name;
+    EXPECT_TRUE(close_to_reference(two.at(o.name), one.at(o.name), 1e-5, 1e-6)) << o.name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TorchExports, ModernCli,
-    ::testing::Values(Case{"resnet", "dynamo"}, Case{"resnet", "dynamo_noopt"}, Case{"resnet", "legacy"},
-                      Case{"resnet", "legacy_train"}, Case{"mobilenet_v3_small", "dynamo"},
-                      Case{"mobilenet_v3_small", "legacy"}, Case{"mobilenet_v3_small", "legacy_train"},
-                      Case{"efficientnet_b0", "dynamo"}, Case{"efficientnet_b0", "legacy"},
-                      Case{"efficientnet_b0", "legacy_train"}, Case{"vit", "dynamo"}, Case{"vit", "legacy"},
-                      Case{"bert", "dynamo"}, Case{"bert", "legacy"}, Case{"gpt2", "dynamo"},
-                      Case{"gpt2", "legacy"}, Case{"transformer_encoder", "dynamo"},
-                      Case{"transformer_encoder", "legacy"}, Case{"gru", "dynamo"}, Case{"gru", "legacy"},
-                      Case{"keras_cnn", ""}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(TorchExports, ModernCli, test::all_modern_cases(), test::modern_case_name);
 
 }  // namespace
 }  // namespace omt

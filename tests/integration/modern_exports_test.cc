@@ -22,45 +22,14 @@
 #include "runtime/predictor.h"
 #include "runtime/session.h"
 #include "runtime/trainer.h"
+#include "tests/modern_exports.h"
 #include "tests/test_util.h"
 
 namespace omt {
 namespace {
 
-struct Case {
-  const char* model;
-  const char* variant;
-};
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.model) + (*info.param.variant ? std::string("_") + info.param.variant : "");
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return nlohmann::json::parse(f);
-}
-
-// Max over elements of |got - want| - (atol + rtol |want|); <= 0 when every element is close.
-// `got` is float32, `want` torch's float64.
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double rtol = 1e-4, double atol = 1e-5) {
-  if (got.shape() != want.shape())
-    return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << ", torch " << shape_str(want.shape());
-  double worst = 0;
-  int64_t at = -1;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = got.value_as_double(i), w = want.value_as_double(i);
-    const double excess = std::fabs(g - w) - (atol + rtol * std::fabs(w));
-    if (!(excess <= worst)) {
-      worst = std::isnan(excess) ? INFINITY : excess;
-      at = i;
-    }
-  }
-  if (at < 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << at << ": " << got.value_as_double(at) << ", torch "
-                                       << want.value_as_double(at);
-}
+using Case = test::ModernCase;
+using test::read_json;
 
 class ModernExport : public ::testing::TestWithParam<Case> {
  protected:
@@ -69,7 +38,7 @@ class ModernExport : public ::testing::TestWithParam<Case> {
     const std::string dir = test::source_path("tests/data/modern/");
     ref_ = read_npz(dir + c.model + "_ref.npz");
     // The Keras model (tests/reference/modern/make_keras.py) has one file and its own loss.
-    const std::string file = std::string(c.model) + (*c.variant ? std::string("_") + c.variant : "");
+    const std::string file = test::modern_file(c);
     params_ = read_json(dir + file + "_params.json");
     const nlohmann::json manifest = read_json(dir + "manifest.json");
     const std::string loss = manifest["models"].contains(c.model) ? manifest["models"][c.model]["loss"] : params_["loss"];
@@ -105,7 +74,7 @@ TEST_P(ModernExport, ForwardMatchesTorch) {
   const std::string prefix = std::string(GetParam().variant).find("_train") != std::string::npos ? "train_out/" : "out/";
   for (const auto& o : model_->graph.outputs) {
     ASSERT_TRUE(ref_.has(prefix + o.name)) << o.name;
-    EXPECT_TRUE(close(out.at(o.name), ref_.at(prefix + o.name))) << o.name;
+    EXPECT_TRUE(test::close_to_reference(out.at(o.name), ref_.at(prefix + o.name))) << o.name;
     ++compared;
   }
   EXPECT_GT(compared, 0);
@@ -144,7 +113,7 @@ TEST_P(ModernExport, LossAndGradientsMatchTorch) {
   for (const auto& [name, key] : torch_trained("grad")) {
     if (!model_->graph.initializers.has(name)) continue;  // a tied copy (see above)
     ASSERT_TRUE(grads.has(name)) << "no gradient for " << name;
-    EXPECT_TRUE(close(grads.at(name), ref_.at(key))) << name << " (" << key << ")";
+    EXPECT_TRUE(test::close_to_reference(grads.at(name), ref_.at(key))) << name << " (" << key << ")";
     ++compared;
   }
   EXPECT_GT(compared, 0);
@@ -157,7 +126,7 @@ TEST_P(ModernExport, ThreeSgdStepsMatchTorch) {
   for (const auto& [name, key] : torch_trained("sgd")) {
     if (!model_->graph.initializers.has(name)) continue;
     ASSERT_TRUE(trainer.parameters().has(name)) << name;
-    EXPECT_TRUE(close(trainer.parameters().at(name), ref_.at(key))) << name << " (" << key << ")";
+    EXPECT_TRUE(test::close_to_reference(trainer.parameters().at(name), ref_.at(key))) << name << " (" << key << ")";
     ++compared;
   }
   EXPECT_GT(compared, 0);
@@ -255,20 +224,9 @@ TEST_P(ModernMirror, ReplicasMakeTheOneReplicaUpdate) {
 INSTANTIATE_TEST_SUITE_P(TorchExports, ModernMirror,
                          ::testing::Values(Case{"bert", "dynamo"}, Case{"gpt2", "dynamo"}, Case{"vit", "dynamo"},
                                            Case{"transformer_encoder", "dynamo"}, Case{"gru", "legacy"}),
-                         case_name);
+                         test::modern_case_name);
 
-INSTANTIATE_TEST_SUITE_P(
-    TorchExports, ModernExport,
-    ::testing::Values(Case{"resnet", "dynamo"}, Case{"resnet", "dynamo_noopt"}, Case{"resnet", "legacy"},
-                      Case{"resnet", "legacy_train"}, Case{"mobilenet_v3_small", "dynamo"},
-                      Case{"mobilenet_v3_small", "legacy"}, Case{"mobilenet_v3_small", "legacy_train"},
-                      Case{"efficientnet_b0", "dynamo"}, Case{"efficientnet_b0", "legacy"},
-                      Case{"efficientnet_b0", "legacy_train"}, Case{"vit", "dynamo"}, Case{"vit", "legacy"},
-                      Case{"bert", "dynamo"}, Case{"bert", "legacy"}, Case{"gpt2", "dynamo"},
-                      Case{"gpt2", "legacy"}, Case{"transformer_encoder", "dynamo"},
-                      Case{"transformer_encoder", "legacy"}, Case{"gru", "dynamo"}, Case{"gru", "legacy"},
-                      Case{"keras_cnn", ""}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(TorchExports, ModernExport, test::all_modern_cases(), test::modern_case_name);
 
 }  // namespace
 }  // namespace omt
