@@ -15,6 +15,7 @@
 #include "graph/ir.h"
 #include "onnx_mirror/model.h"
 #include "runtime/data/dataset.h"
+#include "runtime/predictor.h"
 #include "runtime/session.h"
 
 namespace onnx_mirror {
@@ -59,9 +60,9 @@ struct Model::Impl {
   // Dropout in inference mode from then on (Note [Trained models are inference models]).
   bool trained = false;
 
-  // Inference plan: one Session per replica, rebuilt when `replicas`, `threads` or `live`
-  // change.
-  std::vector<std::unique_ptr<omt::Session>> sessions;
+  // Inference plan: omt::Predictor (one Session per replica, the batch cut across them),
+  // rebuilt when `replicas`, `threads` or `live` change.
+  std::unique_ptr<omt::Predictor> predictor;
   int threads = 0;
   std::string device = "cpu";  // LoadOptions::device, device_index
   int device_index = 0;

@@ -1,17 +1,14 @@
 // Model: loading, replicated prediction and evaluation over the model's one parameter store.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <thread>
 
 #include "api/internal.h"
-#include "common/threads.h"
 #include "graph/export_habits.h"
 #include "graph/onnx_io.h"
 #include "graph/training.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/targets.h"
 #include "runtime/data/token_file.h"
 #include "runtime/fit.h"
 #include "runtime/metrics.h"
@@ -70,7 +67,7 @@ Model Model::load(const std::string& path, const LoadOptions& options) {
 void Model::Impl::set_live(const std::vector<std::string>& names) {
   const size_t before = live.size();
   live.insert(names.begin(), names.end());
-  if (live.size() != before) sessions.clear();
+  if (live.size() != before) predictor.reset();
 }
 
 omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, int replicas,
@@ -78,8 +75,8 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
   OMT_CHECK(replicas >= 1, kInvalidArgument, "predict needs at least 1 replica, got ", replicas);
   OMT_CHECK(threads_per_replica >= 1, kInvalidArgument, "predict needs at least 1 thread per replica, got ",
             threads_per_replica);
-  if (static_cast<int>(sessions.size()) != replicas || threads != threads_per_replica) {
-    sessions.clear();
+  if (!predictor || predictor->replicas() != replicas || threads != threads_per_replica) {
+    predictor.reset();
     // The inference graph: live parameters become inputs (Note [One parameter store]).
     auto plan = std::make_shared<omt::Model>(
         omt::parameters_as_inputs(*model, std::vector<std::string>(live.begin(), live.end())));
@@ -89,103 +86,31 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
     so.num_threads = threads_per_replica;
     so.device = device;
     so.device_index = device_index;
-    for (int r = 0; r < replicas; ++r) sessions.push_back(std::make_unique<omt::Session>(plan, so));
+    predictor = std::make_unique<omt::Predictor>(plan, replicas, so);
     threads = threads_per_replica;
   }
   if (inputs.size() == 0) return {};
-
-  // One replica runs the batch as given (the session checks names, dtypes and shapes);
-  // several need a shared dimension 0 to cut. Messages as omt::Predictor's.
-  int64_t batch = -1;
-  if (replicas > 1) {
-    if (const omt::Node* bn = trained ? nullptr : omt::batch_statistics_node(model->graph))
-      OMT_FAIL(kInvalidArgument, bn->where(), " normalises with batch statistics (training_mode=1, as "
-               "torch's train() exports write it), so its outputs depend on how the batch is cut across "
-               "replicas. Use --replicas 1, or export the model in eval() mode; models onnx-mirror "
-               "trains are written in inference mode.");
-    for (const auto& name : inputs.names()) {
-      const omt::Tensor& t = inputs.at(name);
-      OMT_CHECK(t.rank() >= 1, kInvalidArgument, "input '", name,
-                "' is a scalar, so it cannot be split across replicas. Use --replicas 1.");
-      OMT_CHECK(batch < 0 || t.dim(0) == batch, kInvalidArgument, "input '", name, "' has batch dimension ",
-                t.dim(0), " but another input has ", batch,
-                "; all inputs must share dimension 0 to be split across replicas.");
-      batch = t.dim(0);
-    }
-  }
-  const int n = static_cast<int>(std::min<int64_t>(replicas, std::max<int64_t>(batch, 1)));
-  std::vector<omt::NamedTensors> results(static_cast<size_t>(n));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  auto work = [&](int r) {
-    try {
-      omt::NamedTensors feeds;
-      for (const auto& name : inputs.names())
-        feeds.set(name, n == 1 ? inputs.at(name) : omt::slice_rows(inputs.at(name), batch * r / n, batch * (r + 1) / n));
-      for (const auto& name : live) feeds.set(name, model->graph.initializers.at(name));
-      // Outputs cross the public API: host tensors (no copy on the CPU).
-      results[r] = sessions[r]->run(feeds);
-      for (const auto& name : results[r].names())
-        results[r].at(name) = sessions[r]->backend().to_host(results[r].at(name));
-    } catch (...) {
-      errors[r] = std::current_exception();
-    }
-  };
-  if (n == 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> pool;
-    try {
-      for (int r = 0; r < n; ++r)
-        pool.push_back(omt::start_thread(omt::str_cat("prediction replica ", r, " of ", n), [&, r] {
-          omp_set_num_threads(threads_per_replica);
-          work(r);
-        }));
-    } catch (...) {
-      for (auto& t : pool) t.join();  // Note [Thread pools unwind] in runtime/replica_pool.cc
-      throw;
-    }
-    for (auto& t : pool) t.join();
-  }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  if (n == 1) return results[0];
-  omt::NamedTensors out;
-  for (const auto& name : results[0].names()) {
-    std::vector<omt::Tensor> parts;
-    for (int r = 0; r < n; ++r) {
-      const omt::Tensor& t = results[r].at(name);
-      const int64_t rows = batch * (r + 1) / n - batch * r / n;
-      OMT_CHECK(t.rank() >= 1 && t.dim(0) == rows, kInvalidArgument, "output '", name, "' has shape ",
-                omt::shape_str(t.shape()), " for a shard of ", rows,
-                " samples: its dimension 0 is not the batch, so it cannot be joined across "
-                "replicas. Use --replicas 1 for this model.");
-      parts.push_back(t);
-    }
-    out.set(name, omt::concat_rows(parts));
-  }
-  return out;
+  // The live parameters go whole to every replica, as their current values.
+  omt::NamedTensors values;
+  for (const auto& name : live) values.set(name, model->graph.initializers.at(name));
+  return predictor->run(inputs, values);
 }
 
 EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOptions& o) {
   const omt::Tensor& given = data.labels;
-  const bool float_targets = given.defined() && omt::dtype_is_float(given.dtype());
+  const omt::ValueInfo& output = omt::loss_output(*model, o.output);
+  const std::string what = "the labels of '" + data.source + "'";
   omt::LossKind kind = o.loss.empty() ? omt::LossKind::kModel : omt::parse_loss_kind(o.loss);
-  if (kind == omt::LossKind::kModel) kind = float_targets ? omt::LossKind::kMse : omt::LossKind::kSoftmaxCrossEntropy;
+  if (kind == omt::LossKind::kModel) kind = omt::default_loss(given, output, what);  // Note [Default loss]
   const bool regression = !omt::loss_takes_class_labels(kind);  // integer targets are converted
-  OMT_CHECK(!float_targets || regression, kInvalidArgument, "evaluate got float targets (", given.describe(),
-            ") and loss '", o.loss, "', which takes integer class labels; pass mse, l1 or bce_with_logits");
+  OMT_CHECK(!given.defined() || !omt::dtype_is_float(given.dtype()) || regression, kInvalidArgument,
+            "evaluate got float targets (", given.describe(), ") and loss '", o.loss,
+            "', which takes integer class labels; pass mse, l1 or bce_with_logits");
   OMT_CHECK(given.defined() || (o.shift_labels && !regression), kInvalidArgument,
             "evaluate needs labels: int64 class labels [N] (or [N, T] per position) or float targets [N, ...]");
   OMT_CHECK(o.chunk >= 1, kInvalidArgument, "evaluate's chunk must be at least 1, got ", o.chunk);
   OMT_CHECK(!o.shift_labels || !regression, kInvalidArgument, "shift_labels makes class labels; it cannot score ",
             omt::loss_kind_name(kind));
-  const omt::ValueInfo* output = &model->graph.outputs.at(0);
-  if (!o.output.empty()) {
-    output = nullptr;
-    for (const auto& v : model->graph.outputs)
-      if (v.name == o.output) output = &v;
-    OMT_CHECK(output != nullptr, kInvalidArgument, "the model has no output '", o.output, "'");
-  }
   omt::InputMap map(o.input_map.begin(), o.input_map.end());
   const omt::NamedTensors bound = omt::bind_inputs(data, model->graph.inputs, map);
   omt::Preprocess pre;
@@ -194,25 +119,14 @@ EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOpti
   pre.std = o.preprocess.std;
   // Gathered chunk by chunk as it is scored: a token file's windows are never prepared whole.
   const omt::InputSources inputs(bound, model->graph.inputs, pre);
-  const std::string what = "the labels of '" + data.source + "'";
-  omt::LabelSource labels;
-  if (regression) {
-    labels = omt::LabelSource(omt::prepare_targets(
-        given, *output, output->dtype == omt::DType::kUndefined ? omt::DType::kFloat32 : output->dtype, what));
-  } else if (data.token_file && !given.defined()) {  // Note [Token files]
-    omt::check_token_windows(data, model->graph, bound, *output, o.class_axis);
-    labels = omt::LabelSource::shifted(data.only_features(), o.ignore_index);
-    omt::prepare_class_labels(labels.rows(0, 1), *output, o.class_axis, o.ignore_index, what);
-  } else {
-    omt::Tensor y = given;
-    if (o.shift_labels) y = omt::shift_labels(y.defined() ? y : omt::token_ids(data, bound), o.ignore_index, what);
-    labels = omt::LabelSource(omt::prepare_class_labels(y, *output, o.class_axis, o.ignore_index, what));
-  }
+  // The labels as fit prepares them (runtime/data/targets.h).
+  const omt::LabelSource labels =
+      omt::labels_of(data, model->graph, bound, {kind, o.shift_labels, o.class_axis, o.ignore_index}, output);
   const int64_t rows = data.size();
   OMT_CHECK(labels.size() == rows, kInvalidArgument, what, " hold ", labels.size(), " samples but the inputs hold ", rows,
             "; both need the samples along dimension 0");
   omt::EvalTarget target;
-  target.output = output->name;
+  target.output = output.name;
   target.loss = kind;
   target.class_axis = o.class_axis;
   target.ignore_index = o.ignore_index;

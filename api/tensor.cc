@@ -6,6 +6,7 @@
 #include "common/stop.h"
 #include "onnx_mirror/data.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/targets.h"
 #include "runtime/data/token_file.h"
 #include "runtime/predictor.h"
 

@@ -15,6 +15,7 @@
 #include "graph/training.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config_fingerprint.h"
+#include "runtime/data/targets.h"
 #include "runtime/fit.h"
 #include "runtime/mirrored_trainer.h"
 #include "runtime/predictor.h"
@@ -48,10 +49,25 @@ struct Trainer::Impl {
   omt::MirrorOptions built_with;             // what `mt` was built with
   float lr = 0;
   int rank = 0, processes = 1;  // this process in its world (join_world)
+  // TrainerOptions::loss "" or "auto": spec.loss is chosen from the first labels seen
+  // (Note [Default loss]), until then softmax cross-entropy; fixed once the replicas exist.
+  bool loss_open = false;
+
+  // Note [Default loss]: the loss for `labels` while it is open; `spec.loss` otherwise.
+  omt::LossKind loss_for(const omt::Tensor& labels, const std::string& what) const {
+    if (!loss_open) return spec.loss;
+    return omt::default_loss(labels, omt::loss_output(*model->model, spec.output), what);
+  }
+  void choose_loss(const omt::Tensor& labels, const std::string& what) {
+    if (!loss_open || mt) return;
+    spec.loss = loss_for(labels, what);
+    loss_open = false;
+  }
 
   // The trainer; built with `run` (fit's options) when there is none yet.
   omt::MirroredTrainer& trainer(const omt::MirrorOptions& run) {
     if (!mt) {
+      loss_open = false;  // the replicas are built with spec.loss
       built_with = run;
       built_with.config_check = nullptr;  // the constructor compared the trainer's fields
       mt = std::make_unique<omt::MirroredTrainer>(model->model, spec, built_with);
@@ -88,7 +104,8 @@ namespace {
 // The options as the training graph's spec; checks everything that needs no model.
 omt::TrainingSpec spec_of(const TrainerOptions& options) {
   omt::TrainingSpec spec;
-  spec.loss = omt::parse_loss_kind(options.loss);
+  spec.loss = options.loss.empty() || options.loss == "auto" ? omt::LossKind::kSoftmaxCrossEntropy
+                                                             : omt::parse_loss_kind(options.loss);
   spec.output = options.output;
   spec.labels = options.labels;
   spec.train_regex = options.train_regex;
@@ -126,6 +143,15 @@ omt::TrainingSpec spec_of(const TrainerOptions& options) {
 
 }  // namespace
 
+std::string default_loss(const Model& model, const Tensor& labels, const std::string& output, const std::string& what) {
+  return guarded([&] {
+    OMT_CHECK(model.impl_ != nullptr, kInvalidArgument, "default_loss got a moved-from Model; pass a loaded one");
+    std::lock_guard<std::mutex> lock(model.impl_->mu);
+    const omt::Tensor y = to_internal(labels);
+    return std::string(omt::loss_kind_name(omt::default_loss(y, omt::loss_output(*model.impl_->model, output), what)));
+  });
+}
+
 void TrainerOptions::check() const {
   guarded([&] { spec_of(*this); });
 }
@@ -153,6 +179,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     t.options = options;
     t.lr = options.lr;
     t.spec = spec_of(options);
+    t.loss_open = options.loss.empty() || options.loss == "auto";
     t.mirror.replicas = options.replicas;
     t.mirror.threads_per_replica = options.threads_per_replica;
     t.mirror.bucket_cap_bytes = options.bucket_cap_bytes;
@@ -214,7 +241,11 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
     OMT_CHECK(impl_->processes == 1, kUnsupported, "Trainer::step trains one process; in a world of ",
               impl_->processes, " processes call fit on every rank");
-    const auto shards = impl_->shard(feeds, to_internal(labels));
+    // Note [Default loss] and the labels as the loss reads them (runtime/data/targets.h).
+    impl_->choose_loss(to_internal(labels), "the labels");
+    const omt::Tensor prepared = labels.defined() ? omt::labels_for_loss(to_internal(labels), impl_->spec,
+        omt::loss_output(*impl_->model->model, impl_->spec.output), "the labels") : omt::Tensor();
+    const auto shards = impl_->shard(feeds, prepared);
     int64_t counted = 0;
     for (const auto& s : shards) counted += s.weight();
     return impl_->trainer().step(shards, labels.dim(0), impl_->lr, counted).loss;
@@ -234,6 +265,9 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
   return guarded([&] {
     Impl& t = *impl_;
     std::lock_guard<std::mutex> lock(t.model->mu);
+    const std::string input = t.model->model->graph.inputs.at(0).name;
+    const omt::Dataset tr = detail::to_internal(train, input);
+    t.choose_loss(tr.labels, "'" + tr.source + "': labels '" + (tr.label_name.empty() ? "labels" : tr.label_name) + "'");
     omt::FitOptions o;
     o.spec = t.spec;
     o.mirror = t.mirror;  // shared_parameters: fit's replica 0 trains the store too
@@ -267,8 +301,6 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
     for (const auto& [input, array] : config.inputs) o.inputs[input] = array;
     o.shift_labels = config.shift_labels;
     o.eval_batch = config.eval_batch;
-    const std::string input = t.model->model->graph.inputs.at(0).name;
-    const omt::Dataset tr = detail::to_internal(train, input);
     omt::Dataset val;
     if (validation) val = detail::to_internal(*validation, input);
     // Note [One trainer per model]: the first fit builds the replicas with its seed, stop
@@ -330,7 +362,9 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
     omt::SessionOptions so;
     so.num_threads = std::max(1, t.options.threads_per_replica);
     so.device = t.options.device;
-    omt::Trainer single(t.model->model, t.spec, so);
+    omt::TrainingSpec spec = t.spec;
+    spec.loss = t.loss_for(to_internal(labels), "the labels");  // Note [Default loss]
+    omt::Trainer single(t.model->model, spec, so);
     out.loss = single.gradients(feeds, to_internal(labels), &grads);
     for (const auto& name : grads.names()) out.gradients.emplace_back(name, to_public(grads.at(name)));
     return out;
@@ -340,7 +374,7 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
 EvalResult Trainer::evaluate(const Tensor& features, const Tensor& labels, int64_t chunk) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->model->mu);
-    const omt::LossKind loss = impl_->spec.loss;  // float targets: report this trainer's loss
+    const omt::LossKind loss = impl_->loss_for(to_internal(labels), "the labels");  // float targets: this trainer's loss
     const bool regression = loss != omt::LossKind::kModel && !omt::loss_takes_class_labels(loss);
     Dataset d;
     d.features = features;

@@ -11,32 +11,12 @@
 #include "common/file_util.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config_fingerprint.h"
+#include "runtime/data/targets.h"
 #include "runtime/data/token_file.h"
 
 namespace omt {
 
 namespace {
-
-// The model output the loss reads: `name`, or the first output.
-const ValueInfo& loss_output(const Model& model, const std::string& name) {
-  if (name.empty()) return model.graph.outputs.at(0);
-  for (const auto& out : model.graph.outputs)
-    if (out.name == name) return out;
-  OMT_FAIL(kInvalidArgument, "the model has no output '", name, "' (--model-output)");
-}
-
-std::string target_name(const Dataset& d) {
-  return str_cat("target array '", d.label_name.empty() ? "labels" : d.label_name, "' in '", d.source, "'");
-}
-
-// Class-label losses on float targets: the user most likely meant a regression.
-void check_class_targets(const Dataset& d, LossKind loss) {
-  OMT_CHECK(!d.has_float_targets(), kInvalidArgument, "'", d.source, "': the targets '",
-            d.label_name.empty() ? "labels" : d.label_name, "' are ", d.labels.describe(),
-            ", float regression targets, but --loss ", loss_kind_name(loss),
-            " takes integer class labels. Pass --loss mse (or l1) to train a regression, or store class "
-            "indices as integers.");
-}
 
 // The options that need no data, then the training set's arrays by model input.
 NamedTensors check_and_bind(const FitOptions& o, const Dataset& train, const Model& model) {
@@ -162,26 +142,7 @@ FitRun::FitRun(MirroredTrainer& trainer_, std::shared_ptr<const Model> model_, c
 // Labels as the loss reads them (Note [Targets of any shape] in mirrored_trainer.h: shards are
 // rows of these, whatever their trailing shape).
 LabelSource FitRun::labels_of(const Dataset& d, const NamedTensors& b) const {
-  if (d.token_file && !d.labels.defined()) {  // Note [Token files]: shifted window by window
-    OMT_CHECK(o.shift_labels && class_labels, kInvalidArgument, "token file '", d.source,
-              "' holds token ids only: train a causal LM on it with --shift-labels (and a class loss, ",
-              "cross-entropy by default)");
-    check_token_windows(d, model->graph, b, scored, o.spec.class_axis);
-    LabelSource shifted = LabelSource::shifted(d.only_features(), o.spec.ignore_index);
-    prepare_class_labels(shifted.rows(0, 1), scored, o.spec.class_axis, o.spec.ignore_index, target_name(d));
-    return shifted;
-  }
-  Tensor labels = d.labels;
-  if (o.shift_labels)
-    labels = shift_labels(labels.defined() ? labels : token_ids(d, b), o.spec.ignore_index, target_name(d));
-  OMT_CHECK(labels.defined(), kInvalidArgument, "'", d.source, "' has no labels (no array '",
-            d.label_name.empty() ? "labels" : d.label_name, "'); name the label array with --labels",
-            class_labels ? ", or pass --shift-labels to train a causal LM on its token ids" : "");
-  const DType target_dtype = scored.dtype == DType::kUndefined ? DType::kFloat32 : scored.dtype;
-  if (regression) return LabelSource(prepare_targets(labels, scored, target_dtype, target_name(d)));
-  if (!class_labels) return LabelSource(labels);
-  if (!o.shift_labels) check_class_targets(d, loss);
-  return LabelSource(prepare_class_labels(labels, scored, o.spec.class_axis, o.spec.ignore_index, target_name(d)));
+  return omt::labels_of(d, model->graph, b, {loss, o.shift_labels, o.spec.class_axis, o.spec.ignore_index}, scored);
 }
 
 void FitRun::resume() {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/threads.h"
+#include "graph/training.h"
 
 namespace omt {
 
@@ -44,6 +45,12 @@ Predictor::Predictor(std::shared_ptr<const Model> model, int replicas,
                      const SessionOptions& options)
     : model_(std::move(model)) {
   OMT_CHECK(replicas >= 1, kInvalidArgument, "--replicas must be at least 1, got ", replicas);
+  if (replicas > 1)
+    if (const Node* bn = batch_statistics_node(model_->graph))
+      OMT_FAIL(kInvalidArgument, bn->where(), " normalises with batch statistics (training_mode=1, as "
+               "torch's train() exports write it), so its outputs depend on how the batch is cut across "
+               "replicas. Use --replicas 1, or export the model in eval() mode; models onnx-mirror "
+               "trains are written in inference mode.");
   for (int r = 0; r < replicas; ++r) sessions_.push_back(std::make_unique<Session>(model_, options));
 }
 

@@ -14,7 +14,9 @@ namespace omt {
 
 class Predictor {
  public:
-  // One Session per replica; `options.num_threads` is per replica.
+  // One Session per replica; `options.num_threads` is per replica. kInvalidArgument with
+  // several replicas when a node normalises with batch statistics (its outputs would depend
+  // on the cut). Used by the API's Model::predict and evaluate and by fit's validation.
   Predictor(std::shared_ptr<const Model> model, int replicas, const SessionOptions& options = {});
   ~Predictor();
 

@@ -1,26 +1,8 @@
 #include "runtime/trainer.h"
 
-#include "runtime/data/dataset.h"
+#include "runtime/data/targets.h"
 
 namespace omt {
-
-namespace {
-
-Tensor labels_as(const Tensor& given, DType want, const std::string& name, Backend& backend) {
-  if (given.dtype() == want || !given.defined()) return given;
-  const Tensor labels = backend.to_host(given);  // converted on the host
-  if (want == DType::kInt64 && dtype_is_integer(labels.dtype())) {
-    Tensor out = Tensor::empty(DType::kInt64, labels.shape());
-    for (int64_t i = 0; i < labels.numel(); ++i)
-      out.data<int64_t>()[i] = static_cast<int64_t>(labels.value_as_double(i));
-    return out;
-  }
-  OMT_FAIL(kInvalidArgument, "labels '", name, "' are ", labels.describe(), " but the loss needs ",
-           dtype_name(want), want == DType::kInt64 ? " class indices" : " targets shaped like the model output",
-           ". Convert the label array.");
-}
-
-}  // namespace
 
 Trainer::Trainer(std::shared_ptr<const Model> model, const TrainingSpec& spec,
                  const SessionOptions& options)
@@ -50,16 +32,9 @@ NamedTensors Trainer::feeds(const NamedTensors& inputs, const Tensor& labels, co
     OMT_CHECK(f.has(name), kInvalidArgument, "batch array '", name, "' is not a model input");
   if (!tg.labels.empty()) {
     OMT_CHECK(labels.defined(), kInvalidArgument, "the loss needs labels ('", tg.labels, "') but none were given");
-    const ValueInfo* info = tg.model.graph.find_input(tg.labels);
-    if (info && !loss_takes_class_labels(spec_.loss)) {
-      // Regression targets: the output's dtype and per-sample shape ([N] fits [N,1]).
-      ValueInfo output = *info;
-      output.name = spec_.output.empty() ? model_->graph.outputs.at(0).name : spec_.output;
-      const Tensor given = labels.dtype() == info->dtype ? labels : backend().to_host(labels);
-      f.set(tg.labels, prepare_targets(given, output, info->dtype, "labels '" + tg.labels + "'"));
-    } else {
-      f.set(tg.labels, labels_as(labels, info ? info->dtype : labels.dtype(), tg.labels, backend()));
-    }
+    // Note [Default loss] and the labels' preparation: runtime/data/targets.h, for every path.
+    f.set(tg.labels, labels_for_loss(backend().to_host(labels), spec_, loss_output(*model_, spec_.output),
+                                     "labels '" + tg.labels + "'"));
   }
   f.set(tg.loss_scale, Tensor::scalar<float>(1.0f));
   for (const auto& p : tg.params) f.set(p.name, params_.at(p.name));

@@ -149,6 +149,7 @@ class Model {
 
  private:
   friend class Trainer;
+  friend std::string default_loss(const Model&, const Tensor&, const std::string&, const std::string&);
   explicit Model(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };

@@ -38,10 +38,22 @@ World world_from_environment();
 // is the way to stop (after a step, with a checkpoint, every process together).
 void request_stop(int signal);
 
+// Note [Default loss]: the loss for `labels` when none is named, as `train` and the Trainer
+// choose it: "softmax_cross_entropy" for integer labels (or none), "mse" for float targets.
+// Float targets with another count of values per sample than the model output `output` (""
+// = the first) are most likely class labels stored as floats: kInvalidArgument naming `what`
+// (say, the array and its file), both shapes and the fix.
+std::string default_loss(const Model& model, const Tensor& labels, const std::string& output = "",
+                         const std::string& what = "the labels");
+
 struct TrainerOptions {
   // Class labels: "softmax_cross_entropy" (also "cross-entropy") or "nll". Float targets
   // (regression): "mse", "l1" or "bce_with_logits". "model": the model's own scalar output.
-  std::string loss = "softmax_cross_entropy";
+  // "" (or "auto"): default_loss of the labels the first step, gradients or fit sees
+  // (softmax cross-entropy for integer labels, mse for float targets), as the CLI chooses;
+  // export_training_graph, and a checkpoint or resume before any step, take softmax
+  // cross-entropy.
+  std::string loss;
   std::string output;          // model output the loss reads; "" = the first output
   std::string labels = "labels";  // the labels' name in the training graph (not an input's)
   std::string optimizer = "sgd";  // sgd, adam, adamw

@@ -112,27 +112,6 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows, Tensor reu
 // which shapes clash and how to fix it.
 Tensor prepare_features(const Tensor& features, const ValueInfo& input, const Preprocess& pre);
 
-// Regression targets converted for a loss on model output `output`: values as `dtype` (the
-// output's; integer targets are converted by value too), each sample reshaped to the output's
-// per-sample shape when that is fully known and the element counts agree (so [N] targets fit
-// a [batch,1] output instead of broadcasting). kInvalidArgument when the counts differ,
-// naming `what` (the array and its file), both shapes and the fix.
-Tensor prepare_targets(const Tensor& targets, const ValueInfo& output, DType dtype, const std::string& what);
-
-// Class labels checked against model output `output`, whose classes lie on `class_axis` (-1:
-// the last): each sample's labels have the output's per-sample shape without the class axis
-// ([N] for [N, C] logits, [N, T] for [N, T, C]), and every value is a class in [0, C) or
-// `ignore_index`. Returns them shaped so. kInvalidArgument naming `what`, both shapes (or the
-// first bad value and where it is) and the fix.
-Tensor prepare_class_labels(const Tensor& labels, const ValueInfo& output, int64_t class_axis,
-                            int64_t ignore_index, const std::string& what);
-
-// Note [Shifted labels]: labels for a causal language model from its token ids [N, T]: the
-// label of position t is the token at t + 1, and the last position is `ignore_index`, as
-// Hugging Face's models shift labels = input_ids inside their loss. kInvalidArgument unless
-// `ids` is an integer array of rank >= 2.
-Tensor shift_labels(const Tensor& ids, int64_t ignore_index, const std::string& what);
-
 // What --shift-labels shifts when the data has no labels: the bound 'input_ids' input, or the
 // only integer one. kInvalidArgument saying what to name otherwise.
 Tensor token_ids(const Dataset& data, const NamedTensors& bound);

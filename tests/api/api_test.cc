@@ -458,3 +458,49 @@ TEST(ApiTest, MultiInputStepsMatchTorch) {
 }
 
 }  // namespace token_models
+
+// Note [Default loss]: without a loss the Trainer chooses the CLI's, from the first labels it
+// sees: mse for float targets (the same step as naming it), softmax cross-entropy for integer
+// labels of any integer dtype (int32 labels step as int64 ones do, on every path), and float
+// targets that do not fit the output are refused naming both shapes.
+TEST(ApiTest, TheDefaultLossIsTheCliDefaultFromTheLabels) {
+  const Tensor x = images(8, 11);
+  std::vector<float> t(8 * 10);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = 0.01f * static_cast<float>(i % 17);
+  const Tensor targets = Tensor::from_vector(t, {8, 10});
+  auto one_step = [&](const std::string& loss, const Tensor& y) {
+    Model model = Model::load(source("models/mlp.onnx"));
+    TrainerOptions o;
+    o.loss = loss;
+    o.lr = 0.1f;
+    o.replicas = 2;
+    Trainer trainer(model, o);
+    const double value = trainer.step(x, y);
+    return std::make_pair(value, model.parameter(model.parameter_names().at(0)));
+  };
+  const auto chosen = one_step("", targets), named = one_step("mse", targets);
+  EXPECT_EQ(chosen.first, named.first);
+  EXPECT_TRUE(same_bits(chosen.second, named.second));
+
+  Model model = Model::load(source("models/mlp.onnx"));
+  EXPECT_EQ(onnx_mirror::default_loss(model, targets), "mse");
+  EXPECT_EQ(onnx_mirror::default_loss(model, labels(8)), "softmax_cross_entropy");
+  EXPECT_EQ(onnx_mirror::default_loss(model, Tensor()), "softmax_cross_entropy");
+  const Tensor narrow = Tensor::from_vector(std::vector<float>(8, 1.0f), {8});
+  try {
+    onnx_mirror::default_loss(model, narrow, "", "labels 'y'");
+    ADD_FAILURE() << "float targets [8] for a [N, 10] output were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    const std::string m = e.what();
+    for (const char* part : {"labels 'y'", "float32[8]", "defaults to mse", "10 values per sample against 1", "int64"})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " missing in: " << m;
+  }
+  EXPECT_EQ(kind_of([&] { one_step("", narrow); }), ErrorKind::kInvalidArgument);
+
+  std::vector<int32_t> y32(8);
+  for (int i = 0; i < 8; ++i) y32[static_cast<size_t>(i)] = (i * 3) % 10;
+  const auto from_int32 = one_step("", Tensor::from_vector(y32, {8})), from_int64 = one_step("", labels(8));
+  EXPECT_EQ(from_int32.first, from_int64.first);
+  EXPECT_TRUE(same_bits(from_int32.second, from_int64.second));
+}

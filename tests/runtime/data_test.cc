@@ -6,6 +6,7 @@
 
 #include "common/file_util.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/targets.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/npy.h"
 #include "tests/test_util.h"

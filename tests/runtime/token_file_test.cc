@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/file_util.h"
+#include "runtime/data/targets.h"
 #include "runtime/data/token_file.h"
 #include "runtime/sampler.h"
 #include "tests/test_util.h"
