@@ -20,41 +20,39 @@
 
 namespace omt {
 
+// Note [Options at each boundary]: the tool binds its flags to the public options
+// (onnx_mirror::TrainerOptions, FitConfig in include/onnx_mirror/trainer.h, where every field
+// is documented, once); the API maps those onto these (api/trainer.cc: spec_of, Trainer's
+// constructor and fit), which the runtime reads. A field here means what the public field of
+// the same name means; only what differs is said.
 struct FitOptions {
-  TrainingSpec spec;
-  // Local replicas, communicator, buckets, overlap, trace, configuration check: what the
-  // trainer was built with (fit_mirror_options adds fit's own).
-  MirrorOptions mirror;
+  TrainingSpec spec;             // TrainerOptions' loss, output, labels, selection, optimizer
+  MirrorOptions mirror;          // TrainerOptions' replicas, buckets, overlap, world; fit_mirror_options adds fit's own
   int64_t epochs = 1;
-  int64_t max_steps = 0;         // > 0: stop after this many steps (overrides epochs)
-  int64_t global_batch = 64;
-  // Gradient accumulation: each step's global batch runs as this many micro-batches per
-  // replica, all-reduced once (Note [Accumulation] in host_replicas.cc). Training
-  // accuracy counts the last micro-batch of each step.
-  int64_t accumulate = 1;
-  float lr = 0.01f;
+  int64_t max_steps = 0;
+  int64_t global_batch = 64;     // FitConfig::batch
+  int64_t accumulate = 1;        // Note [Accumulation] in host_replicas.cc
+  float lr = 0.01f;              // the Trainer's current lr (set_lr)
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   uint64_t seed = 0;
   bool shuffle = true;
   Preprocess preprocess;
-  int64_t eval_batch = 0;        // samples per evaluation chunk; 0 = the global batch
-  InputMap inputs;               // model input -> data array (--input); unmapped inputs take their own name
-  // Class labels are the token ids shifted by one (Note [Shifted labels]): the data's labels
-  // when it has some, else its 'input_ids' array (or its only integer input).
-  bool shift_labels = false;
+  int64_t eval_batch = 0;
+  InputMap inputs;
+  bool shift_labels = false;     // Note [Shifted labels]
   std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;  // steps; 0 = only at the end and on interrupt
+  int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;
-  std::string resume;            // checkpoint dir or file
+  std::string resume;
   std::string metrics_path, report_path, trace_path;
-  std::string output_path;       // the trained inference model, written first when training ends
-  int64_t check_every = 0;       // compare parameter checksums across replicas every K steps
-  bool compare_single = false;   // measure a short 1-replica run for the speed-up
+  std::string output_path;
+  int64_t check_every = 0;
+  bool compare_single = false;
   bool explain_buckets = false;
   std::vector<std::string> class_names;
-  std::string command_line;      // for the report
-  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: checkpoint and return
+  std::string command_line;
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct FitResult {

@@ -37,103 +37,66 @@ using onnx_mirror::ErrorKind;
 using onnx_mirror::Tensor;
 using onnx_mirror::Tensors;
 
+// The flags of grad, train and export-training-graph: most are bound straight to a field of
+// the library's options (TrainerOptions, FitConfig: documented there, once); the rest are
+// the tool's own or map onto a field by a rule (MB to bytes, --no-X to X = false, --threads
+// 0 to a share of the cores).
 struct TrainArgs {
-  std::string model, data, output;
-  std::string labels = "labels", loss, model_output;  // loss "": chosen from the labels' dtype
-  std::string train_regex, freeze_regex, batchnorm = "batch";
-  int class_axis = -1;
+  std::string model, data, val, output;
+  onnx_mirror::TrainerOptions trainer;  // loss "": chosen from the labels (Note [Default loss])
+  onnx_mirror::FitConfig fit;           // train only
   std::vector<std::string> input_maps;  // --input INPUT=ARRAY
-  int64_t ignore_index = -100;
-  float label_smoothing = 0.0f;
-  bool shift_labels = false;
-  int64_t eval_batch = 0, accumulate = 1;
-  std::string optimizer = "sgd";
-  float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
-  bool nesterov = false;
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  std::string no_decay = "auto";
-  int64_t steps = 0, epochs = 1, global_batch = 64;
-  int threads = 0;
-  // Data-parallel training (train only).
-  std::string val, lr_schedule = "constant", collectives = "gloo", device = "cpu";
-  int64_t warmup_steps = 0;
-  int replicas = 1, nproc = 1;
-  uint64_t seed = 0;
-  bool no_shuffle = false, no_scale = false, no_overlap = false, explain_buckets = false, compare_single = false;
-  float mean = 0.0f, std = 1.0f;
-  double bucket_cap_mb = 25, first_bucket_mb = 1, timeout_s = 60, clip_grad_norm = 0;
-  std::string checkpoint_dir, resume, metrics, report, trace;
-  int64_t checkpoint_every = 0, check_every = 0;
-  int keep_checkpoints = 3;
-  std::string command_line;
+  int threads = 0, nproc = 1;
+  bool no_shuffle = false, no_scale = false, no_overlap = false;
+  double bucket_cap_mb = 25, first_bucket_mb = 1;
   TokenArgs tokens;  // --seq-len, --token-dtype
 };
 
 void add_model_options(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("model", a.model, "ONNX model file")->required();
-  sub->add_option("--labels", a.labels, "name of the label array in the data (not a graph input)");
-  sub->add_option("--loss", a.loss,
+  sub->add_option("--labels", a.trainer.labels, "name of the label array in the data (not a graph input)");
+  sub->add_option("--loss", a.trainer.loss,
                   "cross-entropy (default for integer labels) | nll | mse (default for float targets) | l1 | "
                   "bce_with_logits | model");
-  sub->add_option("--model-output", a.model_output, "model output the loss reads (default: the first)");
-  sub->add_option("--train", a.train_regex, "train only parameters whose name matches this regex");
-  sub->add_option("--freeze", a.freeze_regex, "keep parameters whose name matches this regex fixed");
-  sub->add_option("--batchnorm", a.batchnorm,
+  sub->add_option("--model-output", a.trainer.output, "model output the loss reads (default: the first)");
+  sub->add_option("--train", a.trainer.train_regex, "train only parameters whose name matches this regex");
+  sub->add_option("--freeze", a.trainer.freeze_regex, "keep parameters whose name matches this regex fixed");
+  sub->add_option("--batchnorm", a.trainer.batchnorm,
                   "batch (default: batch statistics, running ones updated, as torch's train()) | "
                   "running (frozen running statistics, as in inference)");
-  sub->add_option("--class-axis", a.class_axis,
+  sub->add_option("--class-axis", a.trainer.class_axis,
                   "class losses: the output axis holding the classes (default -1, the last; 1 for [N,C,H,W])");
   sub->add_option("--input", a.input_maps,
                   "INPUT=ARRAY: feed model input INPUT from data array ARRAY (default: the array of its name); "
                   "repeat for several inputs");
-  sub->add_option("--ignore-index", a.ignore_index,
+  sub->add_option("--ignore-index", a.trainer.ignore_index,
                   "class losses: label value that does not count (padding; default -100, as torch)");
-  sub->add_option("--label-smoothing", a.label_smoothing, "softmax cross-entropy label smoothing, as torch's")
+  sub->add_option("--label-smoothing", a.trainer.label_smoothing, "softmax cross-entropy label smoothing, as torch's")
       ->check(finite_in(0, 1));
-  sub->add_flag("--shift-labels", a.shift_labels,
+  sub->add_flag("--shift-labels", a.fit.shift_labels,
                 "causal LM: the label of position t is token t+1 of the labels (or, without labels, of input_ids); "
                 "the last position is ignored");
   if (!with_optimizer) return;
-  sub->add_option("--optimizer", a.optimizer, "sgd | adam | adamw");
-  sub->add_option("--lr", a.lr, "learning rate")->check(finite_at_least(0));
-  sub->add_option("--momentum", a.momentum, "SGD momentum")->check(finite_in(0, 1));
-  sub->add_option("--dampening", a.dampening, "SGD dampening")->check(finite_in(0, 1));
-  sub->add_flag("--nesterov", a.nesterov, "SGD with Nesterov momentum");
-  sub->add_option("--weight-decay", a.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
+  sub->add_option("--optimizer", a.trainer.optimizer, "sgd | adam | adamw");
+  sub->add_option("--lr", a.trainer.lr, "learning rate")->check(finite_at_least(0));
+  sub->add_option("--momentum", a.trainer.momentum, "SGD momentum")->check(finite_in(0, 1));
+  sub->add_option("--dampening", a.trainer.dampening, "SGD dampening")->check(finite_in(0, 1));
+  sub->add_flag("--nesterov", a.trainer.nesterov, "SGD with Nesterov momentum");
+  sub->add_option("--weight-decay", a.trainer.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
       ->check(finite_at_least(0));
-  sub->add_option("--no-decay", a.no_decay,
+  sub->add_option("--no-decay", a.trainer.no_decay,
                   "parameters without weight decay: auto (adamw: biases and norm weights, rank <= 1), none, or a "
                   "name regex");
-  sub->add_option("--beta1", a.beta1, "Adam beta1")->check(finite_in(0, 0.999999));
-  sub->add_option("--beta2", a.beta2, "Adam beta2")->check(finite_in(0, 0.999999));
-  sub->add_option("--eps", a.eps, "Adam epsilon")->check(finite_in(1e-30, 1));
+  sub->add_option("--beta1", a.trainer.beta1, "Adam beta1")->check(finite_in(0, 0.999999));
+  sub->add_option("--beta2", a.trainer.beta2, "Adam beta2")->check(finite_in(0, 0.999999));
+  sub->add_option("--eps", a.trainer.epsilon, "Adam epsilon")->check(finite_in(1e-30, 1));
 }
 
+// The trainer's options as the flags set them, checked (the flags' own errors first).
 onnx_mirror::TrainerOptions trainer_options(const TrainArgs& a) {
-  if (a.nesterov && !(a.momentum > 0)) fail(ErrorKind::kInvalidArgument, "--nesterov needs --momentum > 0");
-  onnx_mirror::TrainerOptions o;
-  o.loss = a.loss.empty() ? "softmax_cross_entropy" : a.loss;  // checked here; see resolve_loss
-  o.output = a.model_output;
-  o.labels = a.labels;
-  o.train_regex = a.train_regex;
-  o.freeze_regex = a.freeze_regex;
-  o.batchnorm = a.batchnorm;
-  o.class_axis = a.class_axis;
-  o.ignore_index = a.ignore_index;
-  o.label_smoothing = a.label_smoothing;
-  o.optimizer = a.optimizer;
-  o.lr = a.lr;
-  o.momentum = a.momentum;
-  o.dampening = a.dampening;
-  o.nesterov = a.nesterov;
-  o.weight_decay = a.weight_decay;
-  o.beta1 = a.beta1;
-  o.beta2 = a.beta2;
-  o.epsilon = a.eps;
-  o.no_decay = a.no_decay;
-  o.device = a.device;
-  o.check();
-  return o;
+  if (a.trainer.nesterov && !(a.trainer.momentum > 0)) fail(ErrorKind::kInvalidArgument, "--nesterov needs --momentum > 0");
+  a.trainer.check();
+  return a.trainer;
 }
 
 // Training and export build their own kernels; inference ones would only cost time here.
@@ -143,14 +106,6 @@ onnx_mirror::Model load_for_training(const std::string& path, const std::string&
   lazy.build_kernels = false;
   lazy.device = device;
   return onnx_mirror::Model::load(path, lazy);
-}
-
-// "[8,10]"; a dimension that is not fixed (-1 in a ValueSpec) prints as "batch" first, "?" after.
-std::string shape_str(const onnx_mirror::Shape& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + (shape[i] >= 0 ? std::to_string(shape[i]) : i == 0 ? "batch" : "?");
-  return s + "]";
 }
 
 std::map<std::string, std::string> input_map(const TrainArgs& a) { return parse_input_maps(a.input_maps); }
@@ -163,7 +118,7 @@ struct Data {
 };
 
 Data load_training_data(const std::string& spec, const onnx_mirror::Model& model, const TrainArgs& a) {
-  const onnx_mirror::Dataset ds = onnx_mirror::load_dataset(spec, a.labels);
+  const onnx_mirror::Dataset ds = onnx_mirror::load_dataset(spec, a.trainer.labels);
   Data d;
   // Image data sets are scaled as `train` scales them; .npz arrays are the model's inputs as they are.
   onnx_mirror::Preprocess pre;
@@ -171,50 +126,24 @@ Data load_training_data(const std::string& spec, const onnx_mirror::Model& model
   d.inputs = model.prepare_inputs(ds, input_map(a), pre);
   d.size = ds.size();
   d.labels = ds.labels;
-  if (a.shift_labels) {
+  if (a.fit.shift_labels) {
     const auto ids = d.inputs.find("input_ids");
     if (!d.labels.defined() && ids == d.inputs.end())
-      fail(ErrorKind::kInvalidArgument, "--shift-labels: '", spec, "' has no label array '", a.labels,
+      fail(ErrorKind::kInvalidArgument, "--shift-labels: '", spec, "' has no label array '", a.trainer.labels,
            "' and the model no 'input_ids' input to take the token ids from");
-    d.labels = onnx_mirror::shift_labels(d.labels.defined() ? d.labels : ids->second, a.ignore_index);
+    d.labels = onnx_mirror::shift_labels(d.labels.defined() ? d.labels : ids->second, a.trainer.ignore_index);
   }
-  if (!d.labels.defined() && a.loss != "model")
-    fail(ErrorKind::kInvalidArgument, "'", spec, "' has no label array named '", a.labels, "' (--labels)");
+  if (!d.labels.defined() && a.trainer.loss != "model")
+    fail(ErrorKind::kInvalidArgument, "'", spec, "' has no label array named '", a.trainer.labels, "' (--labels)");
   return d;
 }
 
-bool is_float(const Tensor& t) {
-  using onnx_mirror::DType;
-  const DType d = t.dtype();
-  return d == DType::kFloat32 || d == DType::kFloat64;
-}
-
-// Note [Default loss]: without --loss, integer labels train a classifier (softmax
-// cross-entropy, as before) and float targets a regression (mse), as Keras users pick
-// "sparse_categorical_crossentropy" or "mse" by their data. A float array that does not fit
-// the model output most likely holds class labels stored as floats: say so before training.
+// Note [Default loss] (include/onnx_mirror/trainer.h): without --loss, the library's choice
+// from the labels; `source` names the data in its message.
 std::string resolve_loss(const TrainArgs& a, const onnx_mirror::Model& model, const Tensor& labels,
                          const std::string& source) {
-  if (!a.loss.empty()) return a.loss;
-  if (!labels.defined() || !is_float(labels)) return "softmax_cross_entropy";
-  const auto outputs = model.outputs();
-  const onnx_mirror::ValueSpec* out = &outputs.at(0);
-  for (const auto& o : outputs)
-    if (o.name == a.model_output) out = &o;
-  int64_t per_output = 1, per_target = 1;
-  bool known = !out->shape.empty();
-  for (size_t d = 1; d < out->shape.size(); ++d) {
-    known = known && out->shape[d] >= 0;
-    per_output *= out->shape[d];
-  }
-  for (int64_t d = 1; d < labels.rank(); ++d) per_target *= labels.dim(d);
-  if (known && per_output != per_target)
-    fail(ErrorKind::kInvalidArgument, "'", source, "': labels '", a.labels, "' are ", labels.describe(),
-         " (float targets, so the loss defaults to mse) but the model output '", out->name, "' is ", shape_str(out->shape),
-         ": ", per_output, " values per sample against ", per_target,
-         ". For classification store the labels as integers (int64); for regression use targets shaped like the "
-         "output; or pass --loss.");
-  return "mse";
+  if (!a.trainer.loss.empty()) return a.trainer.loss;
+  return onnx_mirror::default_loss(model, labels, a.trainer.output, "'" + source + "': labels '" + a.trainer.labels + "'");
 }
 
 int default_threads(const TrainArgs& a) {
@@ -224,10 +153,10 @@ int default_threads(const TrainArgs& a) {
 int run_grad(const TrainArgs& given) {
   trainer_options(given);  // the options' own errors first
   onnx_mirror::check_output_path(given.output, "--output");  // before the work, not after it
-  onnx_mirror::Model model = load_for_training(given.model, given.device);
+  onnx_mirror::Model model = load_for_training(given.model, given.trainer.device);
   const Data d = load_training_data(given.data, model, given);
   TrainArgs a = given;
-  a.loss = resolve_loss(given, model, d.labels, given.data);
+  a.trainer.loss = resolve_loss(given, model, d.labels, given.data);
   onnx_mirror::TrainerOptions options = trainer_options(a);
   options.threads_per_replica = default_threads(a);
   const onnx_mirror::Trainer trainer(model, options);
@@ -268,11 +197,11 @@ const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser",
 void check_thread_budget(const TrainArgs& a, bool child) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const int64_t procs = child ? 1 : std::max(1, a.nproc);  // a child's launcher checked the whole world
-  const int64_t threads = a.threads > 0 ? a.threads : std::max<int64_t>(1, cores / (int64_t{a.replicas} * procs));
-  const int64_t total = procs * a.replicas * threads;
+  const int64_t threads = a.threads > 0 ? a.threads : std::max<int64_t>(1, cores / (int64_t{a.trainer.replicas} * procs));
+  const int64_t total = procs * a.trainer.replicas * threads;
   std::ostringstream os;
   if (procs > 1) os << "--nproc " << procs << " x ";
-  os << "--replicas " << a.replicas << " x --threads " << threads << " asks for " << total << " threads";
+  os << "--replicas " << a.trainer.replicas << " x --threads " << threads << " asks for " << total << " threads";
   const std::string asked = os.str();
   if (total > 8 * cores)
     fail(ErrorKind::kInvalidArgument, asked, "; this machine runs at most ", 8 * cores, " (8 per core on ", cores,
@@ -285,9 +214,9 @@ void check_thread_budget(const TrainArgs& a, bool child) {
 }
 
 int run_train(const TrainArgs& a, char** argv) {
-  if (a.global_batch < 1) fail(ErrorKind::kInvalidArgument, "--global-batch must be at least 1");
-  if (a.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
-  if (a.device != "cpu") load_for_training(a.model, a.device);  // no usable GPU: that error first, before the data
+  if (a.fit.batch < 1) fail(ErrorKind::kInvalidArgument, "--global-batch must be at least 1");
+  if (a.trainer.replicas < 1) fail(ErrorKind::kInvalidArgument, "--replicas must be at least 1");
+  if (a.trainer.device != "cpu") load_for_training(a.model, a.trainer.device);  // no usable GPU: that error first, before the data
   const bool child = std::getenv("OMT_RANK") != nullptr && std::getenv("OMT_WORLD_SIZE") != nullptr;
   // Note [Run secret]: a launcher makes its run's own; an inherited one is not its business.
   if (a.nproc > 1 && !child) unsetenv("OMT_RUN_SECRET");
@@ -296,11 +225,11 @@ int run_train(const TrainArgs& a, char** argv) {
   // any process starts or anything loads; fit looks again before step 1.
   if (onnx_mirror::world_from_environment().rank == 0) {
     if (!a.output.empty()) onnx_mirror::check_output_path(a.output, "--output");
-    if (!a.report.empty()) onnx_mirror::check_output_path(a.report, "--report");
-    if (!a.trace.empty()) onnx_mirror::check_output_path(a.trace, "--trace");
-    if (!a.metrics.empty()) onnx_mirror::check_output_path(a.metrics, "--metrics", onnx_mirror::OutputKind::kStream);
-    if (!a.checkpoint_dir.empty())
-      onnx_mirror::check_output_path(a.checkpoint_dir, "--checkpoint-dir", onnx_mirror::OutputKind::kFolder);
+    if (!a.fit.report_path.empty()) onnx_mirror::check_output_path(a.fit.report_path, "--report");
+    if (!a.fit.trace_path.empty()) onnx_mirror::check_output_path(a.fit.trace_path, "--trace");
+    if (!a.fit.metrics_path.empty()) onnx_mirror::check_output_path(a.fit.metrics_path, "--metrics", onnx_mirror::OutputKind::kStream);
+    if (!a.fit.checkpoint_dir.empty())
+      onnx_mirror::check_output_path(a.fit.checkpoint_dir, "--checkpoint-dir", onnx_mirror::OutputKind::kFolder);
   }
   std::unique_ptr<LocalWorld> local_world;  // Note [Local world cleanup]
   if (a.nproc > 1 && !child) local_world = std::make_unique<LocalWorld>(a.nproc, argv);
@@ -316,43 +245,18 @@ int run_train(const TrainArgs& a, char** argv) {
                  "that can write the store can impersonate a rank. Set the same random OMT_RUN_SECRET for every "
                  "rank (e.g. export OMT_RUN_SECRET=$(openssl rand -hex 32); mpirun -x OMT_RUN_SECRET).\n";
   options.join_world = true;
-  options.collectives = a.collectives;
-  options.timeout_s = a.timeout_s;
   const bool leader = world.rank == 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int procs_here = std::max(1, child ? world.size : a.nproc);
-  options.replicas = a.replicas;
-  options.threads_per_replica = a.threads > 0 ? a.threads : std::max(1, cores / (a.replicas * procs_here));
+  options.threads_per_replica = a.threads > 0 ? a.threads : std::max(1, cores / (a.trainer.replicas * procs_here));
   options.bucket_cap_bytes = static_cast<int64_t>(a.bucket_cap_mb * 1048576);
   options.first_bucket_bytes = static_cast<int64_t>(a.first_bucket_mb * 1048576);
   options.overlap = !a.no_overlap;
-  options.clip_grad_norm = a.clip_grad_norm;
-  onnx_mirror::FitConfig config;
-  config.epochs = a.epochs;
-  config.max_steps = a.steps;
-  config.batch = a.global_batch;
-  config.lr_schedule = a.lr_schedule;
-  config.warmup_steps = a.warmup_steps;
-  config.seed = a.seed;
+  onnx_mirror::FitConfig config = a.fit;  // the files on rank 0 only
   config.shuffle = !a.no_shuffle;
   config.preprocess.scale = !a.no_scale;
-  config.preprocess.mean = a.mean;
-  config.preprocess.std = a.std;
-  config.checkpoint_dir = a.checkpoint_dir;
-  config.checkpoint_every = a.checkpoint_every;
-  config.keep_checkpoints = a.keep_checkpoints;
-  config.resume = a.resume;
-  config.metrics_path = a.metrics;  // fit writes the files on rank 0 only
-  config.report_path = a.report;
-  config.trace_path = a.trace;
   config.output_path = a.output;  // written first when training ends (Note [Late outputs] in runtime/fit.cc)
-  config.check_every = a.check_every;
-  config.compare_single = a.compare_single;
-  config.explain_buckets = a.explain_buckets;
   config.inputs = input_map(a);
-  config.shift_labels = a.shift_labels;
-  config.eval_batch = a.eval_batch;
-  config.accumulate = a.accumulate;
   for (char** p = argv; *p; ++p) config.command_line += std::string(p == argv ? "" : " ") + *p;
   config.stop = &g_stop;
   config.log = &std::cout;  // fit logs on rank 0 only
@@ -362,13 +266,13 @@ int run_train(const TrainArgs& a, char** argv) {
   onnx_mirror::Model model = load_for_training(a.model);
   if (leader)
     for (const auto& note : model.export_notes()) std::cerr << "warning: " << a.model << ": " << note << "\n";
-  const onnx_mirror::Dataset train = load_data(a.data, a.labels, a.tokens);
+  const onnx_mirror::Dataset train = load_data(a.data, a.trainer.labels, a.tokens);
   options.loss = resolve_loss(a, model, train.labels, train.source);
-  if (leader && a.loss.empty() && train.has_float_targets())
-    std::cout << "regression: float targets '" << a.labels << "' " << train.labels.describe()
+  if (leader && a.trainer.loss.empty() && train.has_float_targets())
+    std::cout << "regression: float targets '" << a.trainer.labels << "' " << train.labels.describe()
               << ": loss mse, the default for float targets (or pass --loss l1, bce_with_logits)\n";
   std::unique_ptr<onnx_mirror::Dataset> val;
-  if (!a.val.empty()) val = std::make_unique<onnx_mirror::Dataset>(load_data(a.val, a.labels, a.tokens));
+  if (!a.val.empty()) val = std::make_unique<onnx_mirror::Dataset>(load_data(a.val, a.trainer.labels, a.tokens));
   else if (a.data == "fashion-mnist" || a.data == "fashion-mnist:train")
     val = std::make_unique<onnx_mirror::Dataset>(onnx_mirror::load_dataset("fashion-mnist:test"));
   if (a.data.rfind("fashion-mnist", 0) == 0) config.class_names = kFashionMnistClasses;
@@ -392,7 +296,7 @@ int run_export(const TrainArgs& a) {
   const onnx_mirror::Model model = load_for_training(a.model);
   const onnx_mirror::TrainingGraphSummary tg = onnx_mirror::Trainer::export_training_graph(model, options, a.output);
   std::cout << "wrote the training step of '" << a.model << "' (" << tg.nodes << " nodes: forward, " << tg.loss
-            << " loss, backward, " << a.optimizer << " update) to " << a.output << "\n";
+            << " loss, backward, " << a.trainer.optimizer << " update) to " << a.output << "\n";
   return 0;
 }
 
@@ -406,7 +310,7 @@ void register_train(CLI::App& app) {
     sub->add_option("--data", a->data, "BATCH.npz: one array per model input plus the labels")->required();
     sub->add_option("--output", a->output, "GRADS.npz: 'loss' and one array per parameter")->required();
     sub->add_option("--threads", a->threads, "threads")->check(machine_count(true));
-    sub->add_option("--device", a->device, "cpu | cuda (GPU 0)");
+    sub->add_option("--device", a->trainer.device, "cpu | cuda (GPU 0)");
     set_action(sub, [a] { return run_grad(*a); });
   }
   {
@@ -419,53 +323,53 @@ void register_train(CLI::App& app) {
         ->required();
     sub->add_option("--val", a->val, "validation data (default for fashion-mnist: its test split)");
     add_token_options(sub, a->tokens);
-    sub->add_option("--epochs", a->epochs, "passes over the data")->check(count_in(1, int64_t{1} << 40));
-    sub->add_option("--steps", a->steps, "stop after this many optimizer steps (overrides --epochs)")
+    sub->add_option("--epochs", a->fit.epochs, "passes over the data")->check(count_in(1, int64_t{1} << 40));
+    sub->add_option("--steps", a->fit.max_steps, "stop after this many optimizer steps (overrides --epochs)")
         ->check(count_in(0, int64_t{1} << 40));
-    sub->add_option("--global-batch", a->global_batch, "samples per step over all replicas")
+    sub->add_option("--global-batch", a->fit.batch, "samples per step over all replicas")
         ->check(count_in(1, int64_t{1} << 40));
-    sub->add_option("--lr-schedule", a->lr_schedule, "constant | step:EVERY:GAMMA | cosine[:MIN_LR] | linear[:MIN_LR], each with ,warmup:N");
-    sub->add_option("--warmup-steps", a->warmup_steps, "linear learning-rate warm-up steps")
+    sub->add_option("--lr-schedule", a->fit.lr_schedule, "constant | step:EVERY:GAMMA | cosine[:MIN_LR] | linear[:MIN_LR], each with ,warmup:N");
+    sub->add_option("--warmup-steps", a->fit.warmup_steps, "linear learning-rate warm-up steps")
         ->check(count_in(0, int64_t{1} << 40));
-    sub->add_option("--replicas", a->replicas, "local replicas (threads) per process")->check(machine_count(false));
+    sub->add_option("--replicas", a->trainer.replicas, "local replicas (threads) per process")->check(machine_count(false));
     sub->add_option("--nproc", a->nproc, "processes on this host (each with --replicas replicas)")
         ->check(machine_count(false));
-    sub->add_option("--collectives", a->collectives, "gloo | nccl")->check(CLI::IsMember({"gloo", "nccl"}));
-    sub->add_option("--device", a->device, "cpu | cuda (one GPU per replica: --replicas N uses GPUs 0..N-1)");
-    sub->add_option("--seed", a->seed, "seed of the data order");
+    sub->add_option("--collectives", a->trainer.collectives, "gloo | nccl")->check(CLI::IsMember({"gloo", "nccl"}));
+    sub->add_option("--device", a->trainer.device, "cpu | cuda (one GPU per replica: --replicas N uses GPUs 0..N-1)");
+    sub->add_option("--seed", a->fit.seed, "seed of the data order");
     sub->add_flag("--no-shuffle", a->no_shuffle, "keep the data order");
     sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");
-    sub->add_option("--mean", a->mean, "normalise inputs: (x - mean) / std");
-    sub->add_option("--std", a->std, "normalise inputs: (x - mean) / std");
+    sub->add_option("--mean", a->fit.preprocess.mean, "normalise inputs: (x - mean) / std");
+    sub->add_option("--std", a->fit.preprocess.std, "normalise inputs: (x - mean) / std");
     sub->add_option("--bucket-cap-mb", a->bucket_cap_mb, "gradient bucket size cap")->check(finite_in(0.001, 1 << 20));
     sub->add_option("--first-bucket-mb", a->first_bucket_mb, "size of the first (earliest) bucket")
         ->check(finite_in(0.001, 1 << 20));
     sub->add_flag("--no-overlap", a->no_overlap, "all-reduce only after the whole backward");
-    sub->add_option("--clip-grad-norm", a->clip_grad_norm,
+    sub->add_option("--clip-grad-norm", a->trainer.clip_grad_norm,
                     "scale gradients to this global L2 norm at most before each update (torch's clip_grad_norm_)")
         ->check(finite_in(0, 1e30));
-    sub->add_flag("--explain-buckets", a->explain_buckets, "print the bucket plan");
-    sub->add_option("--check-every", a->check_every, "compare parameter checksums across replicas every K steps")
+    sub->add_flag("--explain-buckets", a->fit.explain_buckets, "print the bucket plan");
+    sub->add_option("--check-every", a->fit.check_every, "compare parameter checksums across replicas every K steps")
         ->check(count_in(0, int64_t{1} << 40));
-    auto* timeout = sub->add_option("--timeout", a->timeout_s,
+    auto* timeout = sub->add_option("--timeout", a->trainer.timeout_s,
                                     "seconds before a silent peer is an error (default: OMT_TIMEOUT_S, else 60)")
                         ->check(finite_in(0.1, 1e6));
-    sub->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
-    sub->add_option("--checkpoint-every", a->checkpoint_every, "steps between checkpoints")
+    sub->add_option("--checkpoint-dir", a->fit.checkpoint_dir, "where checkpoints go");
+    sub->add_option("--checkpoint-every", a->fit.checkpoint_every, "steps between checkpoints")
         ->check(count_in(0, int64_t{1} << 40));
-    sub->add_option("--keep-checkpoints", a->keep_checkpoints, "checkpoints kept")->check(count_in(1, 1000000));
-    sub->add_option("--resume", a->resume, "checkpoint folder or file to continue from");
-    sub->add_option("--metrics", a->metrics, "run.jsonl: one JSON object per step and per epoch");
-    sub->add_option("--report", a->report, "report.html: a self-contained page with plots");
-    sub->add_option("--trace", a->trace, "trace.json: Chrome-trace timeline of kernels, all-reduces and waits");
-    sub->add_flag("--compare-single", a->compare_single, "measure a short 1-replica run for the speed-up");
+    sub->add_option("--keep-checkpoints", a->fit.keep_checkpoints, "checkpoints kept")->check(count_in(1, 1000000));
+    sub->add_option("--resume", a->fit.resume, "checkpoint folder or file to continue from");
+    sub->add_option("--metrics", a->fit.metrics_path, "run.jsonl: one JSON object per step and per epoch");
+    sub->add_option("--report", a->fit.report_path, "report.html: a self-contained page with plots");
+    sub->add_option("--trace", a->fit.trace_path, "trace.json: Chrome-trace timeline of kernels, all-reduces and waits");
+    sub->add_flag("--compare-single", a->fit.compare_single, "measure a short 1-replica run for the speed-up");
     sub->add_option("--output", a->output, "TRAINED.onnx: the inference model with trained parameters");
     sub->add_option("--threads", a->threads, "kernel threads per replica (default: cores / replicas)")
         ->check(machine_count(true));
-    sub->add_option("--accumulate", a->accumulate,
+    sub->add_option("--accumulate", a->fit.accumulate,
                     "micro-batches per step: gradients accumulate and are all-reduced once (memory of a micro-batch)")
         ->check(count_in(1, int64_t{1} << 20));
-    sub->add_option("--eval-batch", a->eval_batch, "samples per evaluation batch (default: --global-batch)")
+    sub->add_option("--eval-batch", a->fit.eval_batch, "samples per evaluation batch (default: --global-batch)")
         ->check(count_in(0, int64_t{1} << 40));
     set_action(sub, [a, timeout] {
       // Without --timeout, OMT_TIMEOUT_S (the launcher's variable, which the communicator's
@@ -477,7 +381,7 @@ void register_train(CLI::App& app) {
           if (end == env || *end != '\0' || !(s >= 0.1 && s <= 1e6))
             fail(ErrorKind::kInvalidArgument, "OMT_TIMEOUT_S='", env,
                  "' is not a number of seconds from 0.1 to 1e6 (e.g. OMT_TIMEOUT_S=60)");
-          a->timeout_s = s;
+          a->trainer.timeout_s = s;
         }
       return run_train(*a, g_argv);
     });
