@@ -10,7 +10,7 @@
 namespace omt {
 namespace {
 
-// Note [Converter preconditions] in graph/onnx_io.cc: the MLP test model with its opset set
+// Note [Converter preconditions] in graph/onnx_guards.cc: the MLP test model with its opset set
 // to 6 and shapes mangled; ONNX's Gemm 6 -> 7 adapter indexed a missing shape (SIGSEGV).
 TEST(OnnxFuzzFindings, GemmAtOpset6WithoutRank2ShapesIsRefusedBeforeTheConverter) {
   const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_gemm_6_7_no_rank2_shape.onnx");
@@ -120,7 +120,7 @@ TEST(OnnxFuzzFindings, ZeroHeadCountIsAModelError) {
   }
 }
 
-// Note [Data propagation budget] in graph/onnx_io.cc: ONNX's data propagation holds one
+// Note [Data propagation budget] in graph/onnx_guards.cc: ONNX's data propagation holds one
 // dimension per element of a 1-D tensor it reads. An Unsqueeze node test with its input also
 // declared as an output of length 2^63 - 1 (found by the seeded CTest run in CI), Squeeze at
 // opset 10 of an input declared 2^40 long, a ConstantOfShape whose length 2^40 only shape
