@@ -1,5 +1,6 @@
-// GlooCommunicator: rendezvous, the worker thread, the reductions for each dtype, and the
-// diagnosis that turns a Gloo exception into an error naming the missing peer.
+// GlooCommunicator: rendezvous and the worker thread. The reductions for each dtype are in
+// gloo_reduce.cc, the diagnosis that turns a Gloo exception into an error naming the missing
+// peer in gloo_diagnose.cc.
 #include "collectives/gloo/gloo_communicator.h"
 
 #include <signal.h>
@@ -20,6 +21,8 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "collectives/async_work.h"
+#include "collectives/gloo/gloo_reduce.h"
+#include "collectives/gloo/gloo_util.h"
 #include "collectives/rendezvous/auth.h"
 #include "collectives/rendezvous/store.h"
 #include "common/error.h"
@@ -27,22 +30,14 @@
 #include "common/threads.h"
 
 namespace omt {
+
+using gloo_util::Clock;
+using gloo_util::rank_list;
+using gloo_util::seconds_since;
+
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    out += (i == 0 ? "" : (i + 1 == ranks.size() ? " and " : ", ")) + std::to_string(ranks[i]);
-  }
-  return out;
-}
 
 // Note [SIGPIPE]: Gloo writes to sockets with writev(), which raises SIGPIPE when the
 // peer has died; the default action would kill this process before Gloo can report the
@@ -133,99 +128,6 @@ void verify_pairs(gloo::Context& context, const std::string& secret, const std::
     OMT_CHECK(sends[peer]->waitSend(bound), kCommunication, "the connection to rank ", peer, " in ", what,
               " did not take this rank's token within ", bound.count(), " ms");
   }
-}
-
-// ---------------------------------------------------------------------------------------
-// Reductions. Gloo calls fn(out, a, b, n) with out possibly equal to a.
-
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
-
-struct Sum {
-  template <class T> T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  template <class T> T operator()(T a, T b) const { return a < b ? b : a; }
-};
-struct Min {
-  template <class T> T operator()(T a, T b) const { return b < a ? b : a; }
-};
-
-template <class T, class F>
-void reduce_native(void* out, const void* a, const void* b, size_t n) {
-  T* o = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  F f;
-  for (size_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
-}
-
-// float16 and bfloat16: widen to float, reduce, round to nearest even. Every rank gets
-// the same bits because Gloo's ring reduces each chunk once and then copies it.
-template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), class F>
-void reduce_16bit(void* out, const void* a, const void* b, size_t n) {
-  uint16_t* o = static_cast<uint16_t*>(out);
-  const uint16_t* x = static_cast<const uint16_t*>(a);
-  const uint16_t* y = static_cast<const uint16_t*>(b);
-  F f;
-  for (size_t i = 0; i < n; ++i) o[i] = Narrow(f(Widen(x[i]), Widen(y[i])));
-}
-
-template <class F>
-ReduceFn reduce_fn_for(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return &reduce_native<float, F>;
-    case DType::kFloat64: return &reduce_native<double, F>;
-    case DType::kInt64: return &reduce_native<int64_t, F>;
-    case DType::kFloat16: return &reduce_16bit<half_to_float, float_to_half, F>;
-    case DType::kBFloat16: return &reduce_16bit<bfloat16_to_float, float_to_bfloat16, F>;
-    default: break;
-  }
-  OMT_ASSERT(false, "no reduction for dtype ", dtype_name(dtype));
-}
-
-ReduceFn reduce_fn(DType dtype, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return reduce_fn_for<Sum>(dtype);
-    case ReduceOp::kMax: return reduce_fn_for<Max>(dtype);
-    case ReduceOp::kMin: return reduce_fn_for<Min>(dtype);
-  }
-  OMT_ASSERT(false, "unknown reduce op");
-}
-
-// kAvg = sum, then this. Integers truncate toward zero.
-void divide_in_place(void* buf, size_t count, DType dtype, int n) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      float* p = static_cast<float*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
-      return;
-    }
-    case DType::kFloat64: {
-      double* p = static_cast<double*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<double>(n);
-      return;
-    }
-    case DType::kInt64: {
-      int64_t* p = static_cast<int64_t*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] /= n;
-      return;
-    }
-    case DType::kFloat16: {
-      uint16_t* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) / n);
-      return;
-    }
-    case DType::kBFloat16: {
-      uint16_t* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < count; ++i) {
-        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / static_cast<float>(n));
-      }
-      return;
-    }
-    default: break;
-  }
-  OMT_ASSERT(false, "no division for dtype ", dtype_name(dtype));
 }
 
 template <class T>
@@ -582,124 +484,6 @@ void GlooCommunicator::execute(const Op& op) {
       return;
     }
   }
-}
-
-// Note [Naming the missing peer]
-// Gloo's exceptions name a socket address or only say "timed out", never a rank. After
-// a failure this rank (1) closes its data connections, so peers blocked on it fail now
-// instead of at their own timeout and the failure sweeps the whole world in milliseconds;
-// (2) writes "failed/<rank>" to the store (a roll call); (3) for up to grace_ classifies
-// every peer: "reported" (it wrote its roll-call key: alive, saw the failure too), "lost"
-// (its connection in the health context, which never carries data, is closed: the process
-// died or destroyed its communicator), or, when grace_ passes, "silent" (connected but
-// not reporting: stopped, hung, or busy outside collectives). Each collective gets
-// timeout - grace_ so the error, with names, still arrives within the timeout. A wait that
-// times out before its collective fails holds the same roll call, so a rank stopped with
-// SIGSTOP (connected, silent) is named by the ranks waiting for it.
-bool GlooCommunicator::peer_lost(int peer, std::string* why) {
-  std::lock_guard<std::mutex> lock(probe_mu_);
-  try {
-    // A zero-byte receive on a fresh slot: it throws at once when the pair has failed, and
-    // otherwise only leaves an unmatched notification on a connection that carries nothing.
-    health_->getPair(peer)->recv(probe_buffer_.get(), probe_slot_++, 0, 0);
-    return false;
-  } catch (const std::exception& e) {
-    if (why != nullptr) *why = e.what();
-    return true;
-  }
-}
-
-std::string GlooCommunicator::describe_lost_peers() {
-  if (size_ == 1) return "";
-  std::vector<std::string> lost;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && peer_lost(peer, nullptr)) lost.push_back(peer_name(peer));
-  }
-  std::string out;
-  for (const auto& name : lost) out += (out.empty() ? "" : ", ") + name;
-  if (!out.empty()) out += lost.size() == 1 ? " lost its connection." : " lost their connections.";
-  return out;
-}
-
-std::string GlooCommunicator::diagnose(const Op& op, const std::string& cause,
-                                       Clock::time_point started) {
-  const double elapsed = seconds_since(started);
-  if (context_) {
-    try {
-      context_->closeConnections();
-    } catch (const std::exception&) {
-      // Already closed; nothing to propagate.
-    }
-  }
-  std::string first_line = cause.substr(0, cause.find('\n'));
-  const RollCall call = roll_call(first_line);
-  char secs[32];
-  std::snprintf(secs, sizeof(secs), "%.2f", elapsed);
-  std::string msg = describe(op) + " failed after " + secs + " s." + describe_suspects(call);
-  if (call.lost.empty() && call.silent.empty()) {
-    msg += " Every peer is alive and saw the failure too; the ranks probably issued "
-           "different collectives (kind, count, dtype or root), or the network failed.";
-  } else if (!call.reported.empty()) {
-    msg += std::string(" Rank") + (call.reported.size() == 1 ? " " : "s ") + rank_list(call.reported) +
-           (call.reported.size() == 1 ? " is" : " are") + " alive and saw the failure too.";
-  }
-  msg += " Gloo said on rank " + std::to_string(rank_) + ": " + first_line + ".";
-  msg += " This communicator is now unusable: restart the job (from its last checkpoint).";
-  return msg;
-}
-
-GlooCommunicator::RollCall GlooCommunicator::roll_call(const std::string& what) {
-  std::lock_guard<std::mutex> lock(roll_call_mu_);
-  try {
-    store_->set(key("failed/" + std::to_string(rank_)), std::vector<char>(what.begin(), what.end()));
-  } catch (const std::exception&) {
-    // The store is gone too; classify with the connections alone.
-  }
-  enum class State { kUnknown, kReported, kLost };
-  std::vector<State> state(size_, State::kUnknown);
-  state[rank_] = State::kReported;
-  const auto until = Clock::now() + grace_;
-  for (;;) {
-    bool unknown = false;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (state[peer] != State::kUnknown) continue;
-      bool reported = false;
-      try {
-        reported = store_->check({key("failed/" + std::to_string(peer))});
-      } catch (const std::exception&) {
-      }
-      if (reported) state[peer] = State::kReported;
-      else if (peer_lost(peer, nullptr)) state[peer] = State::kLost;
-      else unknown = true;
-    }
-    if (!unknown || Clock::now() >= until) break;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  RollCall call;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    if (state[peer] == State::kLost) call.lost.push_back(peer);
-    if (state[peer] == State::kUnknown) call.silent.push_back(peer);
-    if (state[peer] == State::kReported) call.reported.push_back(peer);
-  }
-  return call;
-}
-
-std::string GlooCommunicator::describe_suspects(const RollCall& call) const {
-  std::string msg;
-  for (int peer : call.lost)
-    msg += " " + peer_name(peer) + " lost its connection: the process died or closed its communicator.";
-  char g[32];
-  std::snprintf(g, sizeof(g), "%.1f", std::chrono::duration<double>(grace_).count());
-  for (int peer : call.silent)
-    msg += " " + peer_name(peer) + " did not answer: still connected but silent for " + g +
-           " s after the failure (stopped, hung, or busy outside collectives).";
-  std::vector<int> suspects = call.lost;
-  suspects.insert(suspects.end(), call.silent.begin(), call.silent.end());
-  std::sort(suspects.begin(), suspects.end());
-  if (!suspects.empty())
-    msg += std::string(" Check the log of rank") + (suspects.size() == 1 ? " " : "s ") + rank_list(suspects) + ".";
-  return msg;
 }
 
 }  // namespace omt
