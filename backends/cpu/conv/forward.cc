@@ -5,7 +5,7 @@
 // ConvTranspose uses gemm + col2im for both float dtypes.
 #include <cstring>
 
-#include "backends/cpu/conv_geometry.h"
+#include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -61,7 +61,7 @@ struct ConvAttrs {
 // back took 1.86 ms, its gemm convolution on plain NCHW 0.81 ms. At conv2 (32->64, 288
 // multiply-adds per output) it is the other way round (3.0 vs 4.3 ms). So source and
 // destination stay plain when an output element needs fewer than kThinConvMacs
-// (conv_geometry.h) multiply-adds. ConvGrad's weight gradient has a thin path too.
+// (conv/geometry.h) multiply-adds. ConvGrad's weight gradient has a thin path too.
 
 // oneDNN convolution state for one input-shape signature.
 struct DnnlConv {

@@ -1,4 +1,4 @@
-// Pooling windows shared by the forward (pool.cc) and backward (grad_pool.cc) kernels, so
+// Pooling windows shared by the forward (pool/forward.cc) and backward (pool/grad.cc) kernels, so
 // both resolve auto_pad, pads, strides, dilations and ceil_mode the same way.
 #pragma once
 

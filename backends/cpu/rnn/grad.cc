@@ -1,5 +1,5 @@
 // RNNGrad, GRUGrad and LSTMGrad (com.onnx-mirror): backward through time. Each direction first
-// recomputes the forward pass exactly as backends/cpu/rnn.cc does, keeping the gate values of
+// recomputes the forward pass exactly as backends/cpu/rnn/forward.cc does, keeping the gate values of
 // every step in a workspace, then walks the steps backwards collecting the gate gradients dA;
 // dX, dW, dR and dB are then a few GEMMs over all steps at once. Gate activations are
 // differentiated from their outputs, so Sigmoid, Tanh and Relu are supported.
@@ -241,7 +241,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     return std::abs(pre[j]) <= static_cast<T>(clip_) ? T(1) : T(0);
   }
 
-  // Forward pass of one direction (the same arithmetic as rnn.cc), recording what the
+  // Forward pass of one direction (the same arithmetic as rnn/forward.cc), recording what the
   // backward pass needs.
   template <class T>
   void forward(const Direction<T>& dir, Workspace<T>& w) const {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/pool_geometry.h"
+#include "backends/cpu/pool/geometry.h"
 
 namespace omt::cpu {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu/conv_geometry.h"
+#include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -150,7 +150,7 @@ class ConvGradKernel : public OpKernel {
     return out;
   }
 
-  // The weight (and bias) gradient of a thin convolution (Note [Thin convolutions] in conv.cc)
+  // The weight (and bias) gradient of a thin convolution (Note [Thin convolutions] in conv/forward.cc)
   // whose input gradient is not wanted, as one GEMM per sample over im2col columns with a row
   // of ones appended (that row gives dB): [dW | dB] += dY_n [M, P] x [col_n; 1]^T [P, K+1].
   // For models/cnn.onnx's conv1 oneDNN's backward-weights primitive spent 1.6 of its 2.5 ms

@@ -1,4 +1,4 @@
-#include "backends/cpu/pool_geometry.h"
+#include "backends/cpu/pool/geometry.h"
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // of its window, as PyTorch routes it), MaxPoolReluGrad (MaxPoolGrad over the output of a Relu
 // followed by that Relu's gradient, in one pass: graph/fusion.h), AveragePoolGrad (count_include_pad, ceil_mode),
 // GlobalAveragePoolGrad and GlobalMaxPoolGrad. Windows are resolved exactly as the forward
-// kernels in pool.cc resolve them (auto_pad, pads, strides, dilations, ceil_mode).
+// kernels in pool/forward.cc resolve them (auto_pad, pads, strides, dilations, ceil_mode).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,12 +14,12 @@
 #endif
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/pool_geometry.h"
+#include "backends/cpu/pool/geometry.h"
 
 namespace omt::cpu {
 namespace {
 
-// The forward kernel's windows (pool_geometry.h), kept for reuse across calls.
+// The forward kernel's windows (pool/geometry.h), kept for reuse across calls.
 class PoolWindows {
  public:
   PoolWindows(const KernelInfo& info, bool has_dilations) : where_(info.where()) {

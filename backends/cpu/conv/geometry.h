@@ -1,5 +1,5 @@
 // Convolution geometry and the im2col / col2im transforms, shared by Conv, ConvTranspose
-// (conv.cc) and ConvGrad's path for thin convolutions (grad_conv.cc).
+// (conv/forward.cc) and ConvGrad's path for thin convolutions (conv/grad.cc).
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,8 @@
 namespace omt::cpu {
 
 // Multiply-adds per output element below which a convolution is "thin" (Note [Thin
-// convolutions] in conv.cc): its forward runs on plain layouts, its weight gradient as
-// im2col + GEMM (grad_conv.cc).
+// convolutions] in conv/forward.cc): its forward runs on plain layouts, its weight gradient as
+// im2col + GEMM (conv/grad.cc).
 constexpr int64_t kThinConvMacs = 32;
 
 // Spatial geometry of one convolution, padded to 3 spatial dims (leading 1s) for the loops.
