@@ -113,6 +113,11 @@ bool visit_numeric(DType d, F&& f) {
 // Unsupported-dtype error for a kernel: names the op, node and dtype.
 [[noreturn]] void unsupported_dtype(const KernelInfo& info, DType dtype);
 
+// The gradient kernels' dtypes: float32 or float64, else unsupported_dtype(info, t.dtype()).
+void require_float(const KernelInfo& info, const Tensor& t);
+// Model error unless `b` (`what`: "the input", ...) has the dtype of the gradient `a`.
+void require_same_dtype(const KernelInfo& info, const Tensor& a, const Tensor& b, const char* what);
+
 }  // namespace omt::cpu
 
 // Dtype dispatch: runs the body with `T` bound to the C++ type of `dtype`, or calls

@@ -1,7 +1,7 @@
 // Dropout (opset 13): identity with an all-true mask in inference; in training, zeroes each
 // element with probability `ratio` and scales survivors by 1/(1-ratio). The generator is a
 // Mersenne Twister seeded per run from `seed` (default 0) and the run's random stream
-// (Note [Dropout RNG]).
+// (Note [Dropout RNG]). DropoutGrad (com.onnx-mirror) applies the forward's mask and scale.
 #include <cstring>
 #include <random>
 
@@ -77,8 +77,43 @@ class DropoutKernel : public OpKernel {
   std::vector<uint8_t> mask_buf_;  // the mask when the graph does not ask for it
 };
 
+// DropoutGrad(dY, mask, ratio?, training_mode?): dX = dY * mask / (1 - ratio) when the
+// forward Dropout trained (same decision as its kernel), dX = dY otherwise.
+class DropoutGradKernel : public OpKernel {
+ public:
+  explicit DropoutGradKernel(const KernelInfo& info) : info_(info) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& mask = ctx.in(1);
+    const Tensor* ratio_t = ctx.num_inputs() > 2 ? ctx.input(2) : nullptr;
+    const Tensor* mode_t = ctx.num_inputs() > 3 ? ctx.input(3) : nullptr;
+    const double ratio = ratio_t && ratio_t->defined() ? ratio_t->value_as_double(0) : 0.5;
+    bool training = ctx.training();
+    if (mode_t && mode_t->defined()) training = training || mode_t->value_as_double(0) != 0.0;
+    if (!training || ratio == 0.0) {
+      ctx.set_output(0, dy);
+      return;
+    }
+    OMT_CHECK(mask.dtype() == DType::kBool && mask.shape() == dy.shape(), kModel, info_.where(),
+              ": mask must be bool", shape_str(dy.shape()), ", got ", mask.describe());
+    Tensor& dx = ctx.output(0, dy.dtype(), dy.shape());
+    const bool* pm = mask.data<bool>();
+    OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()), {
+      const T scale = ratio < 1.0 ? static_cast<T>(1.0 / (1.0 - ratio)) : T(0);
+      const T* g = dy.data<T>();
+      T* r = dx.data<T>();
+      for (int64_t i = 0; i < dy.numel(); ++i) r[i] = pm[i] ? g[i] * scale : T(0);
+    });
+  }
+
+ private:
+  KernelInfo info_;
+};
+
 }  // namespace
 
 OMT_REGISTER_CPU_KERNEL("Dropout", DropoutKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "DropoutGrad", DropoutGradKernel);
 
 }  // namespace omt::cpu

@@ -23,10 +23,6 @@ std::vector<int64_t> contiguous_strides(const Shape& shape) {
   return s;
 }
 
-void require_float(const KernelInfo& info, const Tensor& t) {
-  if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64) unsupported_dtype(info, t.dtype());
-}
-
 Tensor& zero_output(KernelContext& ctx, DType dtype, const Shape& shape) {
   Tensor& out = ctx.output(0, dtype, shape);
   if (out.nbytes()) std::memset(out.raw(), 0, out.nbytes());
