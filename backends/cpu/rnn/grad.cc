@@ -1,7 +1,7 @@
 // RNNGrad, GRUGrad and LSTMGrad (com.onnx-mirror): backward through time. Each direction first
-// recomputes the forward pass exactly as backends/cpu/rnn/forward.cc does, keeping the gate values of
-// every step in a workspace, then walks the steps backwards collecting the gate gradients dA;
-// dX, dW, dR and dB are then a few GEMMs over all steps at once. Gate activations are
+// runs the forward kernel's steps again (run_recurrent_direction, rnn/cell.h), keeping the gate
+// values of every step in a workspace, then walks the steps backwards collecting the gate
+// gradients dA; dX, dW, dR and dB are then a few GEMMs over all steps at once. Gate activations are
 // differentiated from their outputs, so Sigmoid, Tanh and Relu are supported.
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/rnn/cell.h"
 #include "backends/rnn_attrs.h"
 
 namespace omt::cpu {
@@ -38,21 +39,6 @@ inline T act_deriv(Act a, T y) {
   }
 }
 
-// Gate activations whose derivative the backward kernel knows.
-std::vector<Act> parse_activations(const KernelInfo& info, const std::vector<std::string>& names) {
-  std::vector<Act> out;
-  for (const RecurrentActivation& a : parse_recurrent_grad_activations(info, names)) out.push_back(a.kind);
-  return out;
-}
-
-// [a, b, c] -> [b, a, c] (layout 1 <-> 0).
-template <class T>
-void swap01(const T* src, T* dst, int64_t a, int64_t b, int64_t c) {
-  for (int64_t i = 0; i < a; ++i)
-    for (int64_t j = 0; j < b; ++j)
-      std::memcpy(dst + (j * a + i) * c, src + (i * b + j) * c, sizeof(T) * c);
-}
-
 // Buffers reused across runs (grown, never shrunk), one set per dtype.
 template <class T>
 struct Workspace {
@@ -67,6 +53,7 @@ struct Workspace {
   std::vector<T> dx;     // [seq, batch, in] when the output is in layout 1
   std::vector<T> dh0, dc0;  // [D, batch, hs] when the outputs are in layout 1
   std::vector<T> dp;     // [3 * hs]: LSTM peephole gradient of one direction
+  std::vector<T> tmp;    // [hs]: scratch of the forward pass
 };
 
 template <class T>
@@ -81,7 +68,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
       : RecurrentAttrs(info, cell),
         info_(info),
         cell_(cell),
-        acts_(parse_activations(info, activation_names_)) {
+        acts_(parse_recurrent_grad_activations(info, activation_names_)) {
     const int expected_inputs = cell == RecurrentCell::kLstm ? 11 : 8;
     OMT_CHECK(info.num_inputs == expected_inputs, kModel, info.where(), ": expected ",
               expected_inputs, " inputs (the forward inputs, then dY, dY_h",
@@ -209,13 +196,9 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     if (dc0_out && layout_ == 1) swap01(dc0, dc0_out, D, batch, hs);
   }
 
+  // The forward's operands of one direction and the gradients of its outputs.
   template <class T>
-  struct Direction {
-    int64_t d = 0, seq = 0, batch = 0, in = 0, hs = 0, D = 1;
-    bool rev = false;
-    const Act* act = nullptr;
-    const T *x = nullptr, *w = nullptr, *r = nullptr, *bias = nullptr, *peep = nullptr;
-    const T *h0 = nullptr, *c0 = nullptr;
+  struct Direction : RecurrentDirection<T> {
     const T *dy = nullptr, *dy_h = nullptr, *dy_c = nullptr;  // dy in the caller's layout
   };
 
@@ -225,15 +208,6 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     return cell_ == RecurrentCell::kGru && lbr_ ? w.drec.data() : w.da.data();
   }
 
-  template <class T>
-  void clip_keep(T* g, T* pre, int64_t n) const {
-    if (clip_ <= 0.f) return;
-    const T c = static_cast<T>(clip_);
-    for (int64_t j = 0; j < n; ++j) {
-      pre[j] = g[j];
-      g[j] = std::max(-c, std::min(c, g[j]));
-    }
-  }
   // Gradient mask of the clip: it passes where -clip <= pre <= clip (like torch.clamp).
   template <class T>
   T clip_mask(const T* pre, int64_t j) const {
@@ -241,125 +215,26 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     return std::abs(pre[j]) <= static_cast<T>(clip_) ? T(1) : T(0);
   }
 
-  // Forward pass of one direction (the same arithmetic as rnn/forward.cc), recording what the
-  // backward pass needs.
+  // Forward pass of one direction (run_recurrent_direction, as the forward kernel runs it),
+  // recording what the backward pass needs.
   template <class T>
   void forward(const Direction<T>& dir, Workspace<T>& w) const {
     const int64_t seq = dir.seq, batch = dir.batch, hs = dir.hs, gh = gates_ * hs;
     const int64_t sbh = seq * batch * hs;
-    T* gates = sized(w.gates, seq * batch * gh);
-    T* pre = clip_ > 0.f ? sized(w.pre, seq * batch * gh) : nullptr;
-    T* hprev = sized(w.hprev, sbh);
-    T* cprev = cell_ == RecurrentCell::kLstm ? sized(w.cprev, sbh) : nullptr;
-    T* cnew = cell_ == RecurrentCell::kLstm ? sized(w.cnew, sbh) : nullptr;
-    T* aux = cell_ == RecurrentCell::kGru ? sized(w.aux, sbh) : nullptr;
-    T* hr = sized(w.hr, batch * gh);
-    T* h = sized(w.dhn, batch * hs);  // the running state (dhn is free until the backward)
-    T* c = sized(w.dcn, batch * hs);
-    gemm(false, true, seq * batch, gh, dir.in, T(1), dir.x, dir.in, dir.w, dir.in, T(0), gates, gh);
-    const T* rbh = nullptr;
-    if (dir.bias) {
-      T* b = sized(w.drh, gh);  // scratch
-      for (int64_t j = 0; j < gh; ++j) b[j] = dir.bias[j] + dir.bias[gh + j];
-      if (lbr_) {
-        rbh = dir.bias + gh + 2 * hs;
-        for (int64_t j = 2 * hs; j < gh; ++j) b[j] = dir.bias[j];
-      }
-      for (int64_t i = 0; i < seq * batch; ++i)
-        for (int64_t j = 0; j < gh; ++j) gates[i * gh + j] += b[j];
-    }
-    if (dir.h0) std::copy(dir.h0, dir.h0 + batch * hs, h);
-    else std::fill(h, h + batch * hs, T(0));
-    if (dir.c0) std::copy(dir.c0, dir.c0 + batch * hs, c);
-    else std::fill(c, c + batch * hs, T(0));
-    const Act f = dir.act[0];
-    const Act g_act = gates_ > 1 ? dir.act[1] : f;
-    const Act h_act = gates_ > 3 ? dir.act[2] : f;
-
-    for (int64_t step = 0; step < seq; ++step) {
-      const int64_t t = dir.rev ? seq - 1 - step : step;
-      T* g = gates + t * batch * gh;
-      T* p = pre ? pre + t * batch * gh : nullptr;
-      T* hp = hprev + t * batch * hs;
-      std::copy(h, h + batch * hs, hp);
-      if (cprev) std::copy(c, c + batch * hs, cprev + t * batch * hs);
-      if (cell_ == RecurrentCell::kGru && !lbr_) {
-        gemm(false, true, batch, 2 * hs, hs, T(1), h, hs, dir.r, hs, T(0), hr, gh);
-      } else {
-        gemm(false, true, batch, gh, hs, T(1), h, hs, dir.r, hs, T(0), hr, gh);
-      }
-      if (cell_ == RecurrentCell::kGru) {
-        T* a = aux + t * batch * hs;
-        for (int64_t b = 0; b < batch; ++b) {
-          T* gb = g + b * gh;
-          const T* hb = hr + b * gh;
-          for (int64_t j = 0; j < 2 * hs; ++j) gb[j] += hb[j];
-          clip_keep(gb, p ? p + b * gh : nullptr, 2 * hs);
-          for (int64_t j = 0; j < 2 * hs; ++j) gb[j] = act_apply(f, gb[j]);
-          if (lbr_) {
-            for (int64_t j = 0; j < hs; ++j) a[b * hs + j] = hb[2 * hs + j] + (rbh ? rbh[j] : T(0));
-          } else {
-            for (int64_t j = 0; j < hs; ++j) a[b * hs + j] = gb[hs + j] * h[b * hs + j];
-          }
-        }
-        if (!lbr_) gemm(false, true, batch, hs, hs, T(1), a, hs, dir.r + 2 * hs * hs, hs, T(0), hr + 2 * hs, gh);
-      }
-      for (int64_t b = 0; b < batch; ++b) {
-        if (t >= lens_[b]) continue;  // past this sequence's end: the state is unchanged
-        T* gb = g + b * gh;
-        T* pb = p ? p + b * gh : nullptr;
-        const T* hb = hr + b * gh;
-        T* h_b = h + b * hs;
-        if (cell_ == RecurrentCell::kRnn) {
-          for (int64_t j = 0; j < hs; ++j) gb[j] += hb[j];
-          clip_keep(gb, pb, hs);
-          for (int64_t j = 0; j < hs; ++j) h_b[j] = gb[j] = act_apply(f, gb[j]);
-        } else if (cell_ == RecurrentCell::kGru) {
-          T* hg = gb + 2 * hs;
-          if (lbr_) {
-            const T* a = aux + (t * batch + b) * hs;
-            for (int64_t j = 0; j < hs; ++j) hg[j] += gb[hs + j] * a[j];
-          } else {
-            for (int64_t j = 0; j < hs; ++j) hg[j] += hb[2 * hs + j];
-          }
-          clip_keep(hg, pb ? pb + 2 * hs : nullptr, hs);
-          for (int64_t j = 0; j < hs; ++j) {
-            hg[j] = act_apply(g_act, hg[j]);
-            h_b[j] = (T(1) - gb[j]) * hg[j] + gb[j] * h_b[j];
-          }
-        } else {
-          for (int64_t j = 0; j < gh; ++j) gb[j] += hb[j];
-          T* ig = gb;
-          T* og = gb + hs;
-          T* fg = gb + 2 * hs;
-          T* cg = gb + 3 * hs;
-          T* cb = c + b * hs;
-          if (dir.peep)
-            for (int64_t j = 0; j < hs; ++j) {
-              ig[j] += dir.peep[j] * cb[j];
-              fg[j] += dir.peep[2 * hs + j] * cb[j];
-            }
-          clip_keep(ig, pb, hs);
-          clip_keep(fg, pb ? pb + 2 * hs : nullptr, hs);
-          clip_keep(cg, pb ? pb + 3 * hs : nullptr, hs);
-          for (int64_t j = 0; j < hs; ++j) {
-            ig[j] = act_apply(f, ig[j]);
-            fg[j] = input_forget_ ? T(1) - ig[j] : act_apply(f, fg[j]);
-            cg[j] = act_apply(g_act, cg[j]);
-            cb[j] = fg[j] * cb[j] + ig[j] * cg[j];
-          }
-          if (dir.peep)
-            for (int64_t j = 0; j < hs; ++j) og[j] += dir.peep[hs + j] * cb[j];
-          clip_keep(og, pb ? pb + hs : nullptr, hs);
-          T* cn = cnew + (t * batch + b) * hs;
-          for (int64_t j = 0; j < hs; ++j) {
-            og[j] = act_apply(f, og[j]);
-            cn[j] = cb[j];
-            h_b[j] = og[j] * act_apply(h_act, cb[j]);
-          }
-        }
-      }
-    }
+    RecurrentBuffers<T> buf;
+    buf.gates = sized(w.gates, seq * batch * gh);
+    buf.h = sized(w.dhn, batch * hs);  // the running state (dhn is free until the backward)
+    buf.c = sized(w.dcn, batch * hs);
+    buf.hr = sized(w.hr, batch * gh);
+    buf.bias = sized(w.drh, gh);  // scratch
+    buf.tmp = sized(w.tmp, hs);
+    RecurrentTrace<T> trace;
+    trace.pre = clip_ > 0.f ? sized(w.pre, seq * batch * gh) : nullptr;
+    trace.hprev = sized(w.hprev, sbh);
+    trace.cprev = cell_ == RecurrentCell::kLstm ? sized(w.cprev, sbh) : nullptr;
+    trace.cnew = cell_ == RecurrentCell::kLstm ? sized(w.cnew, sbh) : nullptr;
+    trace.aux = cell_ == RecurrentCell::kGru ? sized(w.aux, sbh) : nullptr;
+    run_recurrent_direction<T>(*this, cell_, lens_, dir, buf, /*y=*/nullptr, trace);
   }
 
   // Backward pass of one direction: fills da (and drec) for every step, leaves d initial_h
@@ -380,9 +255,9 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
     else std::fill(dh, dh + batch * hs, T(0));
     if (dir.dy_c) std::copy(dir.dy_c, dir.dy_c + batch * hs, dc);
     else std::fill(dc, dc + batch * hs, T(0));
-    const Act f = dir.act[0];
-    const Act g_act = gates_ > 1 ? dir.act[1] : f;
-    const Act h_act = gates_ > 3 ? dir.act[2] : f;
+    const Act f = dir.act[0].kind;
+    const Act g_act = gates_ > 1 ? dir.act[1].kind : f;
+    const Act h_act = gates_ > 3 ? dir.act[2].kind : f;
     auto dy_at = [&](int64_t t, int64_t b) -> const T* {
       return layout_ == 0 ? dir.dy + ((t * D + dir.d) * batch + b) * hs
                           : dir.dy + ((b * dir.seq + t) * D + dir.d) * hs;
@@ -506,7 +381,7 @@ class RecurrentGradKernel : public OpKernel, private RecurrentAttrs {
 
   KernelInfo info_;
   RecurrentCell cell_;
-  std::vector<Act> acts_;
+  std::vector<RecurrentActivation> acts_;  // only Sigmoid, Tanh and Relu
   std::vector<int64_t> lens_;
   Workspace<float> ws_f_;
   Workspace<double> ws_d_;
