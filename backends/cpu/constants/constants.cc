@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
 
@@ -106,33 +107,21 @@ class RangeKernel : public OpKernel {
 
 // The bit pattern of 1 in `dtype`, in the low bytes of a uint64.
 uint64_t one_bits(const KernelInfo& info, DType dtype) {
-  auto bits = [](auto v) {
-    uint64_t b = 0;
-    std::memcpy(&b, &v, sizeof(v));
-    return b;
-  };
-  switch (dtype) {
-    case DType::kFloat32:
-      return bits(1.0f);
-    case DType::kFloat64:
-      return bits(1.0);
-    case DType::kFloat16:
-      return float_to_half(1.0f);
-    case DType::kBFloat16:
-      return float_to_bfloat16(1.0f);
-    case DType::kBool:
-    case DType::kInt8:
-    case DType::kUInt8:
-    case DType::kInt16:
-    case DType::kUInt16:
-    case DType::kInt32:
-    case DType::kUInt32:
-    case DType::kInt64:
-    case DType::kUInt64:
-      return 1;
-    default:
-      unsupported_dtype(info, dtype);
-  }
+  uint64_t b = 0;
+  dispatch_dtype(info, StoredDTypes{}, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, Float16>) {
+      b = float_to_half(1.0f);
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      b = float_to_bfloat16(1.0f);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      const T one = T(1);
+      std::memcpy(&b, &one, sizeof(one));
+    } else {
+      b = 1;  // bool and the integers
+    }
+  });
+  return b;
 }
 
 class EyeLikeKernel : public OpKernel {

@@ -335,11 +335,7 @@ class ConvTransposeKernel : public OpKernel {
     if (y.numel() == 0) return;
     const Geometry g = make_geometry(Shape(x.shape().begin() + 2, x.shape().end()),
                                      Shape(out.begin() + 2, out.end()), k, s, d, pb);
-    switch (x.dtype()) {
-      case DType::kFloat32: run<float>(x, w, b, y, g); break;
-      case DType::kFloat64: run<double>(x, w, b, y, g); break;
-      default: unsupported_dtype(info_, x.dtype());
-    }
+    dispatch_dtype(info_, FloatDTypes{}, x.dtype(), [&](auto tag) { run<decltype(tag)>(x, w, b, y, g); });
   }
 
  private:

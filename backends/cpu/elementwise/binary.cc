@@ -27,25 +27,6 @@ constexpr bool type_in(unsigned types) {
   return (types & kUnsigned) != 0;
 }
 
-// Calls f(T{}) with T the C++ type of a numeric or bool dtype; false for other dtypes.
-template <class F>
-bool visit_dtype(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    case DType::kBool: return f(bool{});
-    default: return false;
-  }
-}
-
 Tensor widen_half(const Tensor& t) {
   if (!is_half(t.dtype())) return t;
   Tensor f = Tensor::empty(DType::kFloat32, t.shape());
@@ -233,7 +214,7 @@ class BinaryKernel final : public OpKernel {
         return;
       }
     }
-    const bool done = visit_dtype(dt, [&](auto tag) {
+    const bool done = visit_dtype(NumericBoolDTypes{}, dt, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (type_in<T>(Op::kTypes)) {
         if constexpr (Op::kZeroDivisor && std::is_integral_v<T>)
@@ -301,11 +282,11 @@ class PowKernel final : public OpKernel {
     Tensor tmp;
     Tensor& out = is_half(x.dtype()) ? (tmp = Tensor::empty(DType::kFloat32, out_shape))
                                      : ctx.output(0, x.dtype(), out_shape);
-    const bool done = visit_dtype(xw.dtype(), [&](auto btag) {
+    const bool done = visit_dtype(NumericBoolDTypes{}, xw.dtype(), [&](auto btag) {
       using TB = decltype(btag);
       if constexpr (std::is_same_v<TB, float> || std::is_same_v<TB, double> ||
                     std::is_same_v<TB, int32_t> || std::is_same_v<TB, int64_t>) {
-        return visit_dtype(yw.dtype(), [&](auto etag) {
+        return visit_dtype(NumericBoolDTypes{}, yw.dtype(), [&](auto etag) {
           using TE = decltype(etag);
           if constexpr (std::is_same_v<TE, bool>) {
             return false;
@@ -436,7 +417,7 @@ class VariadicKernel final : public OpKernel {
       narrow_half(of, ctx.output(0, dt, out_shape));
       return;
     }
-    const bool done = visit_dtype(dt, [&](auto tag) {
+    const bool done = visit_dtype(NumericBoolDTypes{}, dt, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (type_in<T>(Op::kTypes)) {
         std::vector<Tensor> ins;

@@ -11,27 +11,6 @@
 namespace omt::cpu {
 namespace {
 
-// Calls f(T{}) with T the C++ storage type of any fixed-size dtype; false otherwise.
-template <class F>
-bool visit_any(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    case DType::kBool: return f(bool{});
-    case DType::kFloat16: return f(Float16{});
-    case DType::kBFloat16: return f(BFloat16{});
-    default: return false;
-  }
-}
-
 // float64 -> float32 rounding to odd: a later rounding to a 16-bit float is then correctly
 // rounded (no double-rounding error), since float32 keeps 13+ extra mantissa bits.
 float double_to_float_round_odd(double d) {
@@ -74,9 +53,9 @@ void convert(const S* in, D* out, int64_t n) {
 
 void cast_into(const KernelInfo& info, const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
-  const bool done = visit_any(x.dtype(), [&](auto stag) {
+  const bool done = visit_dtype(StoredDTypes{}, x.dtype(), [&](auto stag) {
     using S = decltype(stag);
-    return visit_any(y.dtype(), [&](auto dtag) {
+    return visit_dtype(StoredDTypes{}, y.dtype(), [&](auto dtag) {
       using D = decltype(dtag);
       convert<S, D>(static_cast<const S*>(x.raw()), static_cast<D*>(y.raw()), n);
       return true;

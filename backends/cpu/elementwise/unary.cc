@@ -188,7 +188,7 @@ class UnaryKernel final : public OpKernel {
         return;
       }
     }
-    const bool done = visit_numeric(x.dtype(), [&](auto tag) {
+    const bool done = visit_dtype(NumericDTypes{}, x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (type_in<T>(Op::kTypes)) {
         run<T>(x, ctx.output(0, x.dtype(), x.shape()));
@@ -293,7 +293,7 @@ class ClipKernel final : public OpKernel {
       narrow_half(yf, ctx.output(0, x.dtype(), x.shape()));
       return;
     }
-    const bool done = visit_numeric(x.dtype(), [&](auto tag) {
+    const bool done = visit_dtype(NumericDTypes{}, x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       run<T>(x, lo, hi, ctx.output(0, x.dtype(), x.shape()));
       return true;

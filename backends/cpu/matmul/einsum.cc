@@ -175,15 +175,9 @@ class EinsumKernel final : public OpKernel {
     }
     Tensor& y = ctx.output(0, dt, p.out_shape);
     if (y.numel() == 0) return;
-    switch (dt) {
-      case DType::kFloat32: run_einsum<float>(p, xs, y); break;
-      case DType::kFloat64: run_einsum<double>(p, xs, y); break;
-      case DType::kInt32: run_einsum<int32_t>(p, xs, y); break;
-      case DType::kInt64: run_einsum<int64_t>(p, xs, y); break;
-      case DType::kUInt32: run_einsum<uint32_t>(p, xs, y); break;
-      case DType::kUInt64: run_einsum<uint64_t>(p, xs, y); break;
-      default: unsupported_dtype(info_, dt);
-    }
+    using Types = DTypeList<DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kUInt32,
+                            DType::kUInt64>;
+    dispatch_dtype(info_, Types{}, dt, [&](auto tag) { run_einsum<decltype(tag)>(p, xs, y); });
   }
 
  private:

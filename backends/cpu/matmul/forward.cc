@@ -144,14 +144,12 @@ class MatMulKernel : public OpKernel {
       m->run(a.raw(), b.raw(), y.raw(), nullptr, info_.num_threads);
       return;
     }
-    switch (a.dtype()) {
-      case DType::kFloat64: matmul_loop(s, a.data<double>(), b.data<double>(), y.data<double>()); break;
-      case DType::kInt32: matmul_loop(s, a.data<int32_t>(), b.data<int32_t>(), y.data<int32_t>()); break;
-      case DType::kInt64: matmul_loop(s, a.data<int64_t>(), b.data<int64_t>(), y.data<int64_t>()); break;
-      case DType::kUInt32: matmul_loop(s, a.data<uint32_t>(), b.data<uint32_t>(), y.data<uint32_t>()); break;
-      case DType::kUInt64: matmul_loop(s, a.data<uint64_t>(), b.data<uint64_t>(), y.data<uint64_t>()); break;
-      default: unsupported_dtype(info_, a.dtype());
-    }
+    // float32 ran on oneDNN above.
+    using Types = DTypeList<DType::kFloat64, DType::kInt32, DType::kInt64, DType::kUInt32, DType::kUInt64>;
+    dispatch_dtype(info_, Types{}, a.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      matmul_loop(s, a.data<T>(), b.data<T>(), y.data<T>());
+    });
   }
 
  private:
@@ -240,24 +238,16 @@ class GemmKernel : public OpKernel {
     Tensor& y = ctx.output(0, a.dtype(), {m, n});
     if (y.numel() == 0) return;
 
-    switch (a.dtype()) {
-      case DType::kFloat32: run_f32(a, b, c, y, m, n, k); break;
-      case DType::kFloat64:
-        gemm_loop<double>(trans_a_, trans_b_, m, n, k, alpha_, a.data<double>(), b.data<double>(),
-                          beta_, c, y.data<double>());
-        break;
-      case DType::kInt32:
-        gemm_loop<int32_t>(trans_a_, trans_b_, m, n, k, static_cast<int32_t>(alpha_),
-                           a.data<int32_t>(), b.data<int32_t>(), static_cast<int32_t>(beta_), c,
-                           y.data<int32_t>());
-        break;
-      case DType::kInt64:
-        gemm_loop<int64_t>(trans_a_, trans_b_, m, n, k, static_cast<int64_t>(alpha_),
-                           a.data<int64_t>(), b.data<int64_t>(), static_cast<int64_t>(beta_), c,
-                           y.data<int64_t>());
-        break;
-      default: unsupported_dtype(info_, a.dtype());
+    if (a.dtype() == DType::kFloat32) {
+      run_f32(a, b, c, y, m, n, k);
+      return;
     }
+    using Types = DTypeList<DType::kFloat64, DType::kInt32, DType::kInt64>;
+    dispatch_dtype(info_, Types{}, a.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      gemm_loop<T>(trans_a_, trans_b_, m, n, k, static_cast<T>(alpha_), a.data<T>(), b.data<T>(),
+                   static_cast<T>(beta_), c, y.data<T>());
+    });
   }
 
  private:

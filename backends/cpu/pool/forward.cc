@@ -146,13 +146,11 @@ class MaxPoolKernel : public OpKernel {
     if (ctx.num_outputs() > 1 && ctx.output_used(1))
       ind = ctx.output(1, DType::kInt64, out).data<int64_t>();
     const int64_t planes = x.dim(0) * x.dim(1);
-    switch (x.dtype()) {
-      case DType::kFloat32: max_pool_any(attrs_, g, planes, x.data<float>(), y.data<float>(), ind, column_major_); break;
-      case DType::kFloat64: max_pool_any(attrs_, g, planes, x.data<double>(), y.data<double>(), ind, column_major_); break;
-      case DType::kInt8: max_pool_any(attrs_, g, planes, x.data<int8_t>(), y.data<int8_t>(), ind, column_major_); break;
-      case DType::kUInt8: max_pool_any(attrs_, g, planes, x.data<uint8_t>(), y.data<uint8_t>(), ind, column_major_); break;
-      default: unsupported_dtype(info_, x.dtype());
-    }
+    using Types = DTypeList<DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8>;
+    dispatch_dtype(info_, Types{}, x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      max_pool_any(attrs_, g, planes, x.data<T>(), y.data<T>(), ind, column_major_);
+    });
   }
 
  private:
@@ -176,11 +174,10 @@ class AveragePoolKernel : public OpKernel {
     const PoolGeometry& g = geom_;
     Tensor& y = ctx.output(0, x.dtype(), out);
     const int64_t planes = x.dim(0) * x.dim(1);
-    switch (x.dtype()) {
-      case DType::kFloat32: avg_pool(g, planes, x.data<float>(), y.data<float>(), count_include_pad_); break;
-      case DType::kFloat64: avg_pool(g, planes, x.data<double>(), y.data<double>(), count_include_pad_); break;
-      default: unsupported_dtype(info_, x.dtype());
-    }
+    dispatch_dtype(info_, FloatDTypes{}, x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      avg_pool(g, planes, x.data<T>(), y.data<T>(), count_include_pad_);
+    });
   }
 
  private:

@@ -11,23 +11,6 @@
 namespace omt::cpu {
 namespace {
 
-template <class F>
-bool visit_numeric(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    default: return false;
-  }
-}
-
 // ---- reduction plan ------------------------------------------------------------------------
 // After merging, the input is a sequence of segments, each either kept or reduced. The last
 // segment (stride 1) is the inner loop; the others are enumerated into offset lists.
@@ -273,7 +256,7 @@ class ReduceKernel final : public OpKernel {
       narrow_half(yf, ctx.output(0, x.dtype(), plan.out_shape));
       return;
     }
-    const bool done = visit_numeric(x.dtype(), [&](auto tag) {
+    const bool done = visit_dtype(NumericDTypes{}, x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       run<T>(plan, x, ctx.output(0, x.dtype(), plan.out_shape));
       return true;
@@ -342,7 +325,7 @@ class ArgKernel final : public OpKernel {
     }
     const int64_t n = x.dim(axis);
     int64_t* out = ctx.output(0, DType::kInt64, out_shape).data<int64_t>();
-    const bool done = visit_numeric(x.dtype(), [&](auto tag) {
+    const bool done = visit_dtype(NumericDTypes{}, x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       run<T>(x.data<T>(), out, outer, n, inner);
       return true;

@@ -87,16 +87,11 @@ void strided_copy(T* out, const T* in, const Shape& shape, const std::vector<int
 // Calls fn(p) with p the indices' data as const int32_t* or const int64_t*.
 template <class Fn>
 void with_indices(const KernelInfo& info, const Tensor& indices, Fn fn) {
-  switch (indices.dtype()) {
-    case DType::kInt32:
-      fn(indices.data<int32_t>());
-      break;
-    case DType::kInt64:
-      fn(indices.data<int64_t>());
-      break;
-    default:
-      OMT_FAIL(kModel, info.where(), ": indices must be int32 or int64, got ", indices.describe());
-  }
+  const bool done = visit_dtype(DTypeList<DType::kInt32, DType::kInt64>{}, indices.dtype(), [&](auto tag) {
+    fn(indices.data<decltype(tag)>());
+    return true;
+  });
+  OMT_CHECK(done, kModel, info.where(), ": indices must be int32 or int64, got ", indices.describe());
 }
 
 // Output 0 of `shape`, zero-filled (a gradient the kernel then adds or copies into).
