@@ -12,46 +12,6 @@
 namespace omt::cpu {
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
-// Attributes shared by Conv and ConvTranspose, read once at kernel creation.
-struct ConvAttrs {
-  std::string auto_pad;
-  std::vector<int64_t> kernel_shape, strides, dilations, pads;
-  int64_t group = 1;
-
-  void read(const KernelInfo& info) {
-    const AttributeMap& a = info.attr();
-    auto_pad = read_auto_pad(info);
-    kernel_shape = a.get_ints("kernel_shape");
-    strides = a.get_ints("strides");
-    dilations = a.get_ints("dilations");
-    pads = a.get_ints("pads");
-    group = a.get_int("group", 1);
-    OMT_CHECK(group >= 1, kModel, info.where(), ": group must be >= 1, got ", group);
-  }
-
-  // Fills the per-dimension values for `nsp` spatial dims (defaults where absent) and checks sizes.
-  void resolve(const std::string& where, size_t nsp, const Shape& w_spatial,
-               std::vector<int64_t>& k, std::vector<int64_t>& s, std::vector<int64_t>& d) const {
-    k = kernel_shape.empty() ? std::vector<int64_t>(w_spatial) : kernel_shape;
-    s = strides.empty() ? std::vector<int64_t>(nsp, 1) : strides;
-    d = dilations.empty() ? std::vector<int64_t>(nsp, 1) : dilations;
-    OMT_CHECK(k.size() == nsp && s.size() == nsp && d.size() == nsp, kModel, where,
-              ": kernel_shape/strides/dilations must have one value per spatial dim (", nsp,
-              "), got ", k.size(), "/", s.size(), "/", d.size());
-    OMT_CHECK(pads.empty() || pads.size() == 2 * nsp, kModel, where, ": pads must have ", 2 * nsp,
-              " values, got ", pads.size());
-    for (size_t i = 0; i < nsp; ++i) {
-      OMT_CHECK(k[i] == w_spatial[i], kModel, where, ": kernel_shape ", shape_str(k),
-                " does not match the weights' spatial shape ", shape_str(w_spatial));
-      OMT_CHECK(s[i] >= 1 && d[i] >= 1, kModel, where, ": strides and dilations must be >= 1");
-    }
-  }
-};
 
 // Note [Thin convolutions]: with layouts left to oneDNN (tag::any) its fastest kernels work in
 // channels-last or channel-blocked layouts, so a plain NCHW tensor is reordered in and out.
@@ -98,38 +58,14 @@ class ConvKernel : public OpKernel {
               x.describe(), " and W ", w.describe());
     OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, info_.where(),
               ": Conv inputs must share one dtype, got X ", x.describe(), ", W ", w.describe());
-    const size_t nsp = static_cast<size_t>(x.rank() - 2);
-    const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0), grp = attrs_.group;
+    const int64_t c = x.dim(1), m = w.dim(0), grp = attrs_.group;
     OMT_CHECK(c == w.dim(1) * grp && m % grp == 0, kModel, info_.where(), ": X ",
               shape_str(x.shape()), " and W ", shape_str(w.shape()), " do not match group ", grp,
               " (expected X channels = W.dim(1) * group and W.dim(0) divisible by group)");
     OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == m), kModel, info_.where(), ": bias must be [",
               m, "], got ", b->describe());
-    std::vector<int64_t> k, s, d;
-    attrs_.resolve(info_.where(), nsp, Shape(w.shape().begin() + 2, w.shape().end()), k, s, d);
-
-    std::vector<int64_t> pb(nsp, 0), pe(nsp, 0);
-    Shape out = {n, m};
-    for (size_t i = 0; i < nsp; ++i) {
-      const int64_t in = x.dim(static_cast<int64_t>(i) + 2);
-      const int64_t ek = (k[i] - 1) * d[i] + 1;
-      int64_t o;
-      if (attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER") {
-        o = (in + s[i] - 1) / s[i];
-        const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + ek - in);
-        pb[i] = attrs_.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pe[i] = total - pb[i];
-      } else {
-        if (attrs_.auto_pad == "NOTSET" && !attrs_.pads.empty()) {
-          pb[i] = attrs_.pads[i];
-          pe[i] = attrs_.pads[i + nsp];
-        }
-        o = floor_div(in + pb[i] + pe[i] - ek, s[i]) + 1;
-      }
-      OMT_CHECK(o >= 0, kModel, info_.where(), ": input ", shape_str(x.shape()),
-                " is smaller than the kernel ", shape_str(k), " with the given pads");
-      out.push_back(o);
-    }
+    std::vector<int64_t> k, s, d, pb, pe;
+    const Shape out = attrs_.conv_output(info_.where(), x.shape(), w.shape(), k, s, d, pb, pe);
     Tensor& y = ctx.output(0, x.dtype(), out);
     if (y.numel() == 0) return;
 

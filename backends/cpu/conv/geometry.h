@@ -1,10 +1,14 @@
-// Convolution geometry and the im2col / col2im transforms, shared by Conv, ConvTranspose
-// (conv/forward.cc) and ConvGrad's path for thin convolutions (conv/grad.cc).
+// Convolution attributes and geometry (ConvAttrs: the output shape and pads of Conv, which
+// ConvGrad resolves the same way) and the im2col / col2im transforms, shared by Conv,
+// ConvTranspose (conv/forward.cc) and ConvGrad (conv/grad.cc).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "common/tensor.h"
 
 namespace omt::cpu {
@@ -13,6 +17,80 @@ namespace omt::cpu {
 // convolutions] in conv/forward.cc): its forward runs on plain layouts, its weight gradient as
 // im2col + GEMM (conv/grad.cc).
 constexpr int64_t kThinConvMacs = 32;
+
+inline int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+// Attributes shared by Conv, ConvTranspose and ConvGrad, read once at kernel creation.
+struct ConvAttrs {
+  std::string auto_pad;
+  std::vector<int64_t> kernel_shape, strides, dilations, pads;
+  int64_t group = 1;
+
+  void read(const KernelInfo& info) {
+    const AttributeMap& a = info.attr();
+    auto_pad = read_auto_pad(info);
+    kernel_shape = a.get_ints("kernel_shape");
+    strides = a.get_ints("strides");
+    dilations = a.get_ints("dilations");
+    pads = a.get_ints("pads");
+    group = a.get_int("group", 1);
+    OMT_CHECK(group >= 1, kModel, info.where(), ": group must be >= 1, got ", group);
+  }
+
+  // Fills the per-dimension values for `nsp` spatial dims (defaults where absent) and checks sizes.
+  void resolve(const std::string& where, size_t nsp, const Shape& w_spatial,
+               std::vector<int64_t>& k, std::vector<int64_t>& s, std::vector<int64_t>& d) const {
+    k = kernel_shape.empty() ? std::vector<int64_t>(w_spatial) : kernel_shape;
+    s = strides.empty() ? std::vector<int64_t>(nsp, 1) : strides;
+    d = dilations.empty() ? std::vector<int64_t>(nsp, 1) : dilations;
+    OMT_CHECK(k.size() == nsp && s.size() == nsp && d.size() == nsp, kModel, where,
+              ": kernel_shape/strides/dilations must have one value per spatial dim (", nsp,
+              "), got ", k.size(), "/", s.size(), "/", d.size());
+    OMT_CHECK(pads.empty() || pads.size() == 2 * nsp, kModel, where, ": pads must have ", 2 * nsp,
+              " values, got ", pads.size());
+    for (size_t i = 0; i < nsp; ++i) {
+      OMT_CHECK(k[i] == w_spatial[i], kModel, where, ": kernel_shape ", shape_str(k),
+                " does not match the weights' spatial shape ", shape_str(w_spatial));
+      OMT_CHECK(s[i] >= 1 && d[i] >= 1, kModel, where, ": strides and dilations must be >= 1");
+    }
+  }
+
+  // Conv's output shape [N, M, o...] for X and W (ConvGrad's dY has it too), with the resolved
+  // kernel, strides, dilations and begin/end pads of each spatial dim (auto_pad applied).
+  Shape conv_output(const std::string& where, const Shape& x, const Shape& w, std::vector<int64_t>& k,
+                    std::vector<int64_t>& s, std::vector<int64_t>& d, std::vector<int64_t>& pb,
+                    std::vector<int64_t>& pe) const {
+    const size_t nsp = x.size() - 2;
+    resolve(where, nsp, Shape(w.begin() + 2, w.end()), k, s, d);
+    pb.assign(nsp, 0);
+    pe.assign(nsp, 0);
+    Shape out = {x[0], w[0]};
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x[i + 2];
+      const int64_t ek = (k[i] - 1) * d[i] + 1;
+      int64_t o;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        o = (in + s[i] - 1) / s[i];
+        const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + ek - in);
+        pb[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe[i] = total - pb[i];
+      } else {
+        if (auto_pad == "NOTSET" && !pads.empty()) {
+          pb[i] = pads[i];
+          pe[i] = pads[i + nsp];
+        }
+        o = floor_div(in + pb[i] + pe[i] - ek, s[i]) + 1;
+      }
+      OMT_CHECK(o >= 0, kModel, where, ": input ", shape_str(x), " is smaller than the kernel ",
+                shape_str(k), " with the given pads");
+      out.push_back(o);
+    }
+    return out;
+  }
+};
 
 // Spatial geometry of one convolution, padded to 3 spatial dims (leading 1s) for the loops.
 struct Geometry {

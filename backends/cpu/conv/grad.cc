@@ -56,16 +56,7 @@ struct ConvBackward {
 
 class ConvGradKernel : public OpKernel {
  public:
-  explicit ConvGradKernel(const KernelInfo& info) : info_(info) {
-    const AttributeMap& a = info.attr();
-    auto_pad_ = read_auto_pad(info);
-    kernel_shape_ = a.get_ints("kernel_shape");
-    strides_ = a.get_ints("strides");
-    dilations_ = a.get_ints("dilations");
-    pads_ = a.get_ints("pads");
-    group_ = a.get_int("group", 1);
-    OMT_CHECK(group_ >= 1, kModel, info.where(), ": group must be >= 1, got ", group_);
-  }
+  explicit ConvGradKernel(const KernelInfo& info) : info_(info) { attrs_.read(info); }
 
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
@@ -77,12 +68,11 @@ class ConvGradKernel : public OpKernel {
     OMT_CHECK(x.dtype() == w.dtype() && dy.dtype() == x.dtype(), kModel, info_.where(),
               ": dY, X and W must share one dtype, got ", dy.describe(), ", ", x.describe(), ", ",
               w.describe());
-    const int64_t m = w.dim(0);
-    OMT_CHECK(x.dim(1) == w.dim(1) * group_ && m % group_ == 0, kModel, info_.where(), ": X ",
-              shape_str(x.shape()), " and W ", shape_str(w.shape()), " do not match group ", group_);
-    const size_t nsp = static_cast<size_t>(x.rank() - 2);
-    std::vector<int64_t> s, d, pb, pe;
-    const Shape out = resolve(x.shape(), w.shape(), nsp, s, d, pb, pe);
+    const int64_t m = w.dim(0), grp = attrs_.group;
+    OMT_CHECK(x.dim(1) == w.dim(1) * grp && m % grp == 0, kModel, info_.where(), ": X ",
+              shape_str(x.shape()), " and W ", shape_str(w.shape()), " do not match group ", grp);
+    std::vector<int64_t> k, s, d, pb, pe;  // as the Conv kernel resolves them
+    const Shape out = attrs_.conv_output(info_.where(), x.shape(), w.shape(), k, s, d, pb, pe);
     OMT_CHECK(dy.shape() == out, kModel, info_.where(), ": dY is ", shape_str(dy.shape()),
               " but the convolution's output is ", shape_str(out));
 
@@ -113,43 +103,6 @@ class ConvGradKernel : public OpKernel {
 
  private:
   // Output shape of the forward Conv, with its strides, dilations and pads per spatial dim.
-  Shape resolve(const Shape& x, const Shape& w, size_t nsp, std::vector<int64_t>& s,
-                std::vector<int64_t>& d, std::vector<int64_t>& pb, std::vector<int64_t>& pe) const {
-    const Shape ws(w.begin() + 2, w.end());
-    const std::vector<int64_t> k = kernel_shape_.empty() ? std::vector<int64_t>(ws) : kernel_shape_;
-    s = strides_.empty() ? std::vector<int64_t>(nsp, 1) : strides_;
-    d = dilations_.empty() ? std::vector<int64_t>(nsp, 1) : dilations_;
-    OMT_CHECK(k.size() == nsp && s.size() == nsp && d.size() == nsp && k == ws, kModel,
-              info_.where(), ": kernel_shape/strides/dilations must have one value per spatial dim (",
-              nsp, ") and kernel_shape must match W ", shape_str(w));
-    OMT_CHECK(pads_.empty() || pads_.size() == 2 * nsp, kModel, info_.where(), ": pads must have ",
-              2 * nsp, " values, got ", pads_.size());
-    pb.assign(nsp, 0);
-    pe.assign(nsp, 0);
-    Shape out = {x[0], w[0]};
-    for (size_t i = 0; i < nsp; ++i) {
-      OMT_CHECK(s[i] >= 1 && d[i] >= 1, kModel, info_.where(), ": strides and dilations must be >= 1");
-      const int64_t in = x[i + 2], ek = (k[i] - 1) * d[i] + 1;
-      int64_t o;
-      if (auto_pad_ == "SAME_UPPER" || auto_pad_ == "SAME_LOWER") {
-        o = (in + s[i] - 1) / s[i];
-        const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + ek - in);
-        pb[i] = auto_pad_ == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pe[i] = total - pb[i];
-      } else {
-        if (auto_pad_ == "NOTSET" && !pads_.empty()) {
-          pb[i] = pads_[i];
-          pe[i] = pads_[i + nsp];
-        }
-        o = floor_div(in + pb[i] + pe[i] - ek, s[i]) + 1;
-      }
-      OMT_CHECK(o >= 0, kModel, info_.where(), ": input ", shape_str(x),
-                " is smaller than the kernel with the given pads");
-      out.push_back(o);
-    }
-    return out;
-  }
-
   // The weight (and bias) gradient of a thin convolution (Note [Thin convolutions] in conv/forward.cc)
   // whose input gradient is not wanted, as one GEMM per sample over im2col columns with a row
   // of ones appended (that row gives dB): [dW | dB] += dY_n [M, P] x [col_n; 1]^T [P, K+1].
@@ -158,7 +111,7 @@ class ConvGradKernel : public OpKernel {
   bool thin_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const std::vector<int64_t>& s,
                         const std::vector<int64_t>& d, const std::vector<int64_t>& pb, Tensor* dx, Tensor* dw,
                         Tensor* db) {
-    if (dx || !dw || x.dtype() != DType::kFloat32 || group_ != 1 || x.dim(0) == 0) return false;
+    if (dx || !dw || x.dtype() != DType::kFloat32 || attrs_.group != 1 || x.dim(0) == 0) return false;
     const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0);
     const Shape xs(x.shape().begin() + 2, x.shape().end()), ys(dy.shape().begin() + 2, dy.shape().end());
     const Geometry g = make_geometry(xs, ys, Shape(w.shape().begin() + 2, w.shape().end()), s, d, pb);
@@ -203,9 +156,9 @@ class ConvGradKernel : public OpKernel {
       using tag = dnnl::memory::format_tag;
       const auto f32 = dnnl::memory::data_type::f32;
       Shape wshape = w;
-      if (group_ > 1) {
-        wshape[0] /= group_;
-        wshape.insert(wshape.begin(), group_);
+      if (attrs_.group > 1) {
+        wshape[0] /= attrs_.group;
+        wshape.insert(wshape.begin(), attrs_.group);
       }
       const md user_x = dnnl_plain_md(x, DType::kFloat32);
       const md user_w = dnnl_plain_md(wshape, DType::kFloat32);
@@ -277,9 +230,7 @@ class ConvGradKernel : public OpKernel {
   }
 
   KernelInfo info_;
-  std::string auto_pad_;
-  std::vector<int64_t> kernel_shape_, strides_, dilations_, pads_;
-  int64_t group_ = 1;
+  ConvAttrs attrs_;
   ShapeCache<ConvBackward> cache_;
   std::vector<float> col_, acc_;  // thin_weight_grad's im2col columns and [dW | dB]
 };
