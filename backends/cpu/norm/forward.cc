@@ -5,31 +5,10 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/norm/moments.h"
 
 namespace omt::cpu {
 namespace {
-
-// Mean and biased variance of `n` strided blocks: elements x[b * stride + i], i < len.
-template <class T>
-void block_moments(const T* x, int64_t blocks, int64_t stride, int64_t len, double& mean,
-                   double& var) {
-  double sum = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const T* p = x + b * stride;
-    for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(p[i]);
-  }
-  const double count = static_cast<double>(blocks * len);
-  mean = count > 0 ? sum / count : 0.0;
-  double sq = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const T* p = x + b * stride;
-    for (int64_t i = 0; i < len; ++i) {
-      const double dv = static_cast<double>(p[i]) - mean;
-      sq += dv * dv;
-    }
-  }
-  var = count > 0 ? sq / count : 0.0;
-}
 
 template <class T>
 void affine(const T* x, T* y, int64_t len, T a, T b) {

@@ -9,31 +9,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/norm/moments.h"
 
 namespace omt::cpu {
 namespace {
-
-// Mean and biased variance of channel `ch` of x viewed as [n, c, inner].
-template <class T>
-void channel_moments(const T* x, int64_t n, int64_t c, int64_t inner, int64_t ch, double& mean,
-                     double& var) {
-  double sum = 0.0;
-  for (int64_t b = 0; b < n; ++b) {
-    const T* p = x + (b * c + ch) * inner;
-    for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(p[i]);
-  }
-  const double count = static_cast<double>(n * inner);
-  mean = count > 0 ? sum / count : 0.0;
-  double sq = 0.0;
-  for (int64_t b = 0; b < n; ++b) {
-    const T* p = x + (b * c + ch) * inner;
-    for (int64_t i = 0; i < inner; ++i) {
-      const double dv = static_cast<double>(p[i]) - mean;
-      sq += dv * dv;
-    }
-  }
-  var = count > 0 ? sq / count : 0.0;
-}
 
 // X viewed as [N, C, inner]; every per-channel input must have C elements of X's dtype.
 struct ChannelView {
