@@ -6,64 +6,14 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loss/attrs.h"
 
 namespace omt::cpu {
 namespace {
 
-enum class Reduction { kNone, kSum, kMean };
-
-struct LossConfig {
-  Reduction reduction = Reduction::kMean;
-  bool has_ignore_index = false;
-  int64_t ignore_index = 0;
-};
-
-LossConfig read_config(const KernelInfo& info) {
-  LossConfig c;
-  const std::string r = info.attr().get_string("reduction", "mean");
-  if (r == "none") c.reduction = Reduction::kNone;
-  else if (r == "sum") c.reduction = Reduction::kSum;
-  else if (r == "mean") c.reduction = Reduction::kMean;
-  else OMT_FAIL(kModel, info.where(), ": reduction must be \"none\", \"sum\" or \"mean\", got \"", r, "\"");
-  c.has_ignore_index = info.attr().has("ignore_index");
-  if (c.has_ignore_index) c.ignore_index = info.attr().get_int("ignore_index");
-  return c;
-}
-
-// Sizes of a [N, C, d1..dk] input, with D = d1 * ... * dk.
-struct LossDims {
-  int64_t n = 0, c = 0, d = 1;
-};
-
-LossDims check_shapes(const KernelInfo& info, const Tensor& x, const Tensor& target,
-                      const Tensor* weight) {
-  OMT_CHECK(x.rank() >= 2, kModel, info.where(), ": input must be [N, C, d1..dk], got ",
-            shape_str(x.shape()));
-  LossDims dims;
-  dims.n = x.dim(0);
-  dims.c = x.dim(1);
-  Shape want{x.dim(0)};
-  for (int64_t i = 2; i < x.rank(); ++i) {
-    dims.d *= x.dim(i);
-    want.push_back(x.dim(i));
-  }
-  OMT_CHECK(target.shape() == want, kModel, info.where(), ": target has shape ",
-            shape_str(target.shape()), ", expected ", shape_str(want), " for input ",
-            shape_str(x.shape()));
-  OMT_CHECK(target.dtype() == DType::kInt32 || target.dtype() == DType::kInt64, kModel,
-            info.where(), ": target must be int32 or int64, got ", dtype_name(target.dtype()));
-  if (weight != nullptr) {
-    OMT_CHECK(weight->shape() == Shape{dims.c}, kModel, info.where(), ": weight has shape ",
-              shape_str(weight->shape()), ", expected [", dims.c, "]");
-    OMT_CHECK(weight->dtype() == x.dtype(), kModel, info.where(), ": weight is ",
-              dtype_name(weight->dtype()), " but the input is ", dtype_name(x.dtype()));
-  }
-  return dims;
-}
-
 // loss[n, d] = -p[n, target[n, d], d] * weight[target[n, d]], reduced as configured.
 template <class T, class I>
-void nll(const KernelInfo& info, const LossConfig& cfg, const LossDims& dims, const T* p,
+void nll(const KernelInfo& info, const LossSpec& cfg, const LossDims& dims, const T* p,
          const I* target, const T* weight, T* out) {
   double total = 0.0, weight_sum = 0.0;
   for (int64_t n = 0; n < dims.n; ++n) {
@@ -91,12 +41,12 @@ void nll(const KernelInfo& info, const LossConfig& cfg, const LossDims& dims, co
   if (cfg.reduction == Reduction::kMean) out[0] = static_cast<T>(total / weight_sum);
 }
 
-Shape loss_shape(const LossConfig& cfg, const Tensor& target) {
+Shape loss_shape(const LossSpec& cfg, const Tensor& target) {
   return cfg.reduction == Reduction::kNone ? target.shape() : Shape{};
 }
 
 template <class T>
-void run_nll(const KernelInfo& info, const LossConfig& cfg, const LossDims& dims, const T* p,
+void run_nll(const KernelInfo& info, const LossSpec& cfg, const LossDims& dims, const T* p,
              const Tensor& target, const Tensor* weight, Tensor& out) {
   const T* w = weight ? weight->data<T>() : nullptr;
   if (target.dtype() == DType::kInt64)
@@ -105,21 +55,16 @@ void run_nll(const KernelInfo& info, const LossConfig& cfg, const LossDims& dims
     nll<T, int32_t>(info, cfg, dims, p, target.data<int32_t>(), w, out.data<T>());
 }
 
-const Tensor* optional_input(KernelContext& ctx, int i) {
-  const Tensor* t = i < ctx.num_inputs() ? ctx.input(i) : nullptr;
-  return t != nullptr && t->defined() ? t : nullptr;
-}
-
 class NegativeLogLikelihoodLossKernel final : public OpKernel {
  public:
   explicit NegativeLogLikelihoodLossKernel(const KernelInfo& info)
-      : info_(info), cfg_(read_config(info)) {}
+      : info_(info), cfg_(info) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
     const Tensor& target = ctx.in(1);
     const Tensor* weight = optional_input(ctx, 2);
-    const LossDims dims = check_shapes(info_, x, target, weight);
+    const LossDims dims = loss_dims(info_, x.shape(), x.dtype(), target, weight);
     Tensor& out = ctx.output(0, x.dtype(), loss_shape(cfg_, target));
     OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()),
                        run_nll<T>(info_, cfg_, dims, x.data<T>(), target, weight, out));
@@ -127,7 +72,7 @@ class NegativeLogLikelihoodLossKernel final : public OpKernel {
 
  private:
   KernelInfo info_;
-  LossConfig cfg_;
+  LossSpec cfg_;
 };
 
 // log-softmax of x [N, C, D] over C into y.
@@ -156,13 +101,13 @@ void log_softmax_classes(const T* x, T* y, const LossDims& dims) {
 class SoftmaxCrossEntropyLossKernel final : public OpKernel {
  public:
   explicit SoftmaxCrossEntropyLossKernel(const KernelInfo& info)
-      : info_(info), cfg_(read_config(info)) {}
+      : info_(info), cfg_(info) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
     const Tensor& target = ctx.in(1);
     const Tensor* weight = optional_input(ctx, 2);
-    const LossDims dims = check_shapes(info_, x, target, weight);
+    const LossDims dims = loss_dims(info_, x.shape(), x.dtype(), target, weight);
     const bool want_log_prob = ctx.num_outputs() > 1 && ctx.output_used(1);
     Tensor log_prob = want_log_prob ? ctx.output(1, x.dtype(), x.shape())
                                     : Tensor::empty(x.dtype(), x.shape());
@@ -175,7 +120,7 @@ class SoftmaxCrossEntropyLossKernel final : public OpKernel {
 
  private:
   KernelInfo info_;
-  LossConfig cfg_;
+  LossSpec cfg_;
 };
 
 OMT_REGISTER_CPU_KERNEL("NegativeLogLikelihoodLoss", NegativeLogLikelihoodLossKernel);

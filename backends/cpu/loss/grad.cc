@@ -9,53 +9,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loss/attrs.h"
 
 namespace omt::cpu {
 namespace {
-
-enum class Reduction { kNone, kSum, kMean };
-
-// The forward loss's reduction and ignore_index, and the [N, C, D] view of its input.
-struct LossSpec {
-  Reduction reduction = Reduction::kMean;
-  bool has_ignore_index = false;
-  int64_t ignore_index = 0;
-
-  explicit LossSpec(const KernelInfo& info) {
-    const std::string r = info.attr().get_string("reduction", "mean");
-    if (r == "none") reduction = Reduction::kNone;
-    else if (r == "sum") reduction = Reduction::kSum;
-    else if (r == "mean") reduction = Reduction::kMean;
-    else OMT_FAIL(kModel, info.where(), ": reduction must be \"none\", \"sum\" or \"mean\", got \"", r, "\"");
-    has_ignore_index = info.attr().has("ignore_index");
-    if (has_ignore_index) ignore_index = info.attr().get_int("ignore_index");
-  }
-};
-
-struct LossDims {
-  int64_t n = 0, c = 0, d = 1;
-};
-
-LossDims loss_dims(const KernelInfo& info, const Shape& x, const Tensor& target, const Tensor* weight,
-                   DType dtype) {
-  OMT_CHECK(x.size() >= 2, kModel, info.where(), ": input must be [N, C, d1..dk], got ", shape_str(x));
-  LossDims dims;
-  dims.n = x[0];
-  dims.c = x[1];
-  Shape want{x[0]};
-  for (size_t i = 2; i < x.size(); ++i) {
-    dims.d *= x[i];
-    want.push_back(x[i]);
-  }
-  OMT_CHECK(target.shape() == want, kModel, info.where(), ": target has shape ",
-            shape_str(target.shape()), ", expected ", shape_str(want));
-  OMT_CHECK(target.dtype() == DType::kInt32 || target.dtype() == DType::kInt64, kModel,
-            info.where(), ": target must be int32 or int64, got ", dtype_name(target.dtype()));
-  OMT_CHECK(!weight || (weight->shape() == Shape{dims.c} && weight->dtype() == dtype), kModel,
-            info.where(), ": weight must be ", dtype_name(dtype), "[", dims.c, "], got ",
-            weight->describe());
-  return dims;
-}
 
 // Per target position i: its class (or -1 when ignored) and the factor g_i * w_c with which
 // d loss_i / d (log p or scores) enters, from dY and the reduction.
@@ -107,7 +64,7 @@ class SoftmaxCrossEntropyLossGradKernel : public OpKernel {
     const Tensor& lp = ctx.in(1);
     const Tensor& target = ctx.in(2);
     const Tensor* weight = optional_input(ctx, 3);
-    const LossDims dims = loss_dims(info_, lp.shape(), target, weight, lp.dtype());
+    const LossDims dims = loss_dims(info_, lp.shape(), lp.dtype(), target, weight);
     Tensor& dx = ctx.output(0, lp.dtype(), lp.shape());
     OMT_DISPATCH_FLOAT(lp.dtype(), unsupported_dtype(info_, lp.dtype()),
                        run<T>(dy, lp, target, weight ? weight->data<T>() : nullptr, dims, dx));
@@ -165,7 +122,7 @@ class NegativeLogLikelihoodLossGradKernel : public OpKernel {
     const Shape xs = ctx.in(1).to_int64_vector();
     const Tensor& target = ctx.in(2);
     const Tensor* weight = optional_input(ctx, 3);
-    const LossDims dims = loss_dims(info_, xs, target, weight, dy.dtype());
+    const LossDims dims = loss_dims(info_, xs, dy.dtype(), target, weight);
     Tensor& dx = ctx.output(0, dy.dtype(), xs);
     OMT_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(info_, dy.dtype()), {
       target_factors<T>(info_, spec_, dims, target, weight ? weight->data<T>() : nullptr, dy, cls_, factor_);
