@@ -12,11 +12,6 @@
 namespace omt::cpu {
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 // A primitive argument in the primitive's preferred layout, reordered from/to the plain
 // layout of the tensor that holds it when the two differ.
 struct Port {
