@@ -1,7 +1,7 @@
 // splitmix64: one step of the SplitMix64 generator (Steele, Lea and Flood 2014, Vigna's
 // constants), used to derive seeds from a seed and a counter (epoch, replica, node, stream).
 // One definition for the data order (runtime/sampler.cc), the Dropout seeds per replica
-// (runtime/mirrored_trainer.cc) and the Dropout kernel's streams (backends/cpu/dropout.cc):
+// (runtime/mirrored_trainer.cc) and the Dropout kernel's streams (backends/cpu/dropout/dropout.cc):
 // their bits must never change, as resumed runs and the tests rely on them.
 #pragma once
 

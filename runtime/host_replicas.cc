@@ -11,7 +11,7 @@ namespace omt {
 // parameters and optimizer state, and replica r updates only slice r of each of them: the
 // elements [n*r/R, n*(r+1)/R) of the flattened tensor, fed as 1-D views into an update graph
 // whose parameter-shaped values are declared with those lengths. The optimizer kernels update
-// their inputs in place (Note [in place] in optimizers_torch.cc), so the shared tensors hold
+// their inputs in place (Note [in place] in backends/cpu/optimizers/optimizers_torch.cc), so the shared tensors hold
 // the new values with no copy. Before updating, a replica waits until every local replica has
 // finished its backward graph, which reads the parameters. Otherwise (R == 1, or another
 // optimizer op) each replica keeps its own copy and runs the whole update.
@@ -19,7 +19,7 @@ namespace omt {
 // Note [Local sum in the update]: in one process with a sliced update there is nothing to
 // send between processes, so the gradients are not summed into replica 0's buckets at all:
 // replica r's update reads slice r of every local replica's bucket and sums them as it goes
-// (Note [Summed gradients] in optimizers_torch.cc), in replica order, which is the order the
+// (Note [Summed gradients] in backends/cpu/optimizers/optimizers_torch.cc), in replica order, which is the order the
 // sum over buckets would have used. That removes a pass that read every bucket and wrote
 // replica 0's (the last bucket's share of it ran on the critical path, on one thread while
 // the others waited), and the update's separate read of the sum.

@@ -15,9 +15,6 @@ std::string read_auto_pad(const KernelInfo& info) {
   return v;
 }
 
-
-
-
 Tensor widen_half(const Tensor& t) {
   Tensor f = Tensor::empty(DType::kFloat32, t.shape());
   float* o = f.data<float>();
@@ -47,6 +44,15 @@ void narrow_half(const Tensor& f, Tensor& out) {
 void unsupported_dtype(const KernelInfo& info, DType dtype) {
   OMT_FAIL(kUnsupported, info.where(), ": the CPU backend has no kernel for dtype ",
            dtype_name(dtype));
+}
+
+void require_float(const KernelInfo& info, const Tensor& t) {
+  if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64) unsupported_dtype(info, t.dtype());
+}
+
+void require_same_dtype(const KernelInfo& info, const Tensor& a, const Tensor& b, const char* what) {
+  OMT_CHECK(a.dtype() == b.dtype(), kModel, info.where(), ": ", what, " is ", b.describe(),
+            ", expected dtype ", dtype_name(a.dtype()), " like the gradient ", a.describe());
 }
 
 namespace {

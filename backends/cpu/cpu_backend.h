@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -92,63 +93,107 @@ inline bool is_half(DType d) { return d == DType::kFloat16 || d == DType::kBFloa
 Tensor widen_half(const Tensor& t);
 void narrow_half(const Tensor& f, Tensor& out);
 
-// Calls f(T{}) with T the C++ type of a numeric dtype; returns false for other dtypes.
-template <class F>
-bool visit_numeric(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    default: return false;
-  }
-}
-
 // Unsupported-dtype error for a kernel: names the op, node and dtype.
 [[noreturn]] void unsupported_dtype(const KernelInfo& info, DType dtype);
 
+// The gradient kernels' dtypes: float32 or float64, else unsupported_dtype(info, t.dtype()).
+void require_float(const KernelInfo& info, const Tensor& t);
+// Model error unless `b` (`what`: "the input", ...) has the dtype of the gradient `a`.
+void require_same_dtype(const KernelInfo& info, const Tensor& a, const Tensor& b, const char* what);
+
+// ---- Dtype dispatch: the one mechanism of the CPU kernels (Note [CPU dtype dispatch]) -------
+
+// Note [CPU dtype dispatch]: a kernel names the dtypes it implements as a DTypeList and gets
+// its body instantiated once per C++ type: visit_dtype(List{}, dtype, f) calls f(T{}) and returns
+// its result, false for a dtype outside the list; dispatch_dtype(info, List{}, dtype, f) calls
+// f(T{}) or fails with unsupported_dtype (kUnsupported naming the node, its op and the dtype).
+// The OMT_DISPATCH_* macros are the same dispatch for a statement body with `T` bound;
+// OMT_DISPATCH_ALL visits by element width, for ops that only move elements. No kernel keeps a
+// `switch` of its own over dtypes.
+template <DType... Ds>
+struct DTypeList {};
+using FloatDTypes = DTypeList<DType::kFloat32, DType::kFloat64>;
+using NumericDTypes = DTypeList<DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16, DType::kInt32,
+                                DType::kInt64, DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64>;
+using NumericBoolDTypes =
+    DTypeList<DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64,
+              DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64, DType::kBool>;
+// Every fixed-size dtype as stored (16-bit floats as Float16 / BFloat16).
+using StoredDTypes =
+    DTypeList<DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64,
+              DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64, DType::kBool, DType::kFloat16,
+              DType::kBFloat16>;
+
+// The C++ type of a dtype's elements.
+template <DType D> struct CppType;
+template <> struct CppType<DType::kFloat32> { using type = float; };
+template <> struct CppType<DType::kFloat64> { using type = double; };
+template <> struct CppType<DType::kInt8> { using type = int8_t; };
+template <> struct CppType<DType::kInt16> { using type = int16_t; };
+template <> struct CppType<DType::kInt32> { using type = int32_t; };
+template <> struct CppType<DType::kInt64> { using type = int64_t; };
+template <> struct CppType<DType::kUInt8> { using type = uint8_t; };
+template <> struct CppType<DType::kUInt16> { using type = uint16_t; };
+template <> struct CppType<DType::kUInt32> { using type = uint32_t; };
+template <> struct CppType<DType::kUInt64> { using type = uint64_t; };
+template <> struct CppType<DType::kBool> { using type = bool; };
+template <> struct CppType<DType::kFloat16> { using type = Float16; };
+template <> struct CppType<DType::kBFloat16> { using type = BFloat16; };
+
+template <DType... Ds, class F>
+bool visit_dtype(DTypeList<Ds...>, DType d, F&& f) {
+  bool result = false;
+  (void)((d == Ds ? (result = static_cast<bool>(f(typename CppType<Ds>::type{})), true) : false) || ...);
+  return result;
+}
+
+template <DType... Ds, class F>
+void dispatch_dtype(const KernelInfo& info, DTypeList<Ds...>, DType d, F&& f) {
+  const bool found = ((d == Ds ? (f(typename CppType<Ds>::type{}), true) : false) || ...);
+  if (!found) unsupported_dtype(info, d);
+}
+
+// Calls f(T{}) with T the unsigned integer of the dtype's element width (1, 2, 4 or 8 bytes)
+// and returns its result; false for other widths.
+template <class F>
+bool visit_width(DType d, F&& f) {
+  using Widths = DTypeList<DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64>;
+  const size_t size = dtype_size(d);
+  const DType w = size == 1   ? DType::kUInt8
+                  : size == 2 ? DType::kUInt16
+                  : size == 4 ? DType::kUInt32
+                  : size == 8 ? DType::kUInt64
+                              : DType::kUndefined;
+  return visit_dtype(Widths{}, w, std::forward<F>(f));
+}
+
 }  // namespace omt::cpu
 
-// Dtype dispatch: runs the body with `T` bound to the C++ type of `dtype`, or calls
-// `on_unsupported` for dtypes outside the list.
-#define OMT_DISPATCH_CASE(D, CT, ...) \
-  case ::omt::DType::D: {             \
-    using T = CT;                     \
-    __VA_ARGS__;                      \
-    break;                            \
-  }
-#define OMT_DISPATCH_FLOAT(dtype, on_unsupported, ...)      \
-  switch (dtype) {                                          \
-    OMT_DISPATCH_CASE(kFloat32, float, __VA_ARGS__)         \
-    OMT_DISPATCH_CASE(kFloat64, double, __VA_ARGS__)        \
-    default: on_unsupported;                                \
-  }
-#define OMT_DISPATCH_NUMERIC(dtype, on_unsupported, ...)    \
-  switch (dtype) {                                          \
-    OMT_DISPATCH_CASE(kFloat32, float, __VA_ARGS__)         \
-    OMT_DISPATCH_CASE(kFloat64, double, __VA_ARGS__)        \
-    OMT_DISPATCH_CASE(kInt32, int32_t, __VA_ARGS__)         \
-    OMT_DISPATCH_CASE(kInt64, int64_t, __VA_ARGS__)         \
-    OMT_DISPATCH_CASE(kInt8, int8_t, __VA_ARGS__)           \
-    OMT_DISPATCH_CASE(kInt16, int16_t, __VA_ARGS__)         \
-    OMT_DISPATCH_CASE(kUInt8, uint8_t, __VA_ARGS__)         \
-    OMT_DISPATCH_CASE(kUInt16, uint16_t, __VA_ARGS__)       \
-    OMT_DISPATCH_CASE(kUInt32, uint32_t, __VA_ARGS__)       \
-    OMT_DISPATCH_CASE(kUInt64, uint64_t, __VA_ARGS__)       \
-    default: on_unsupported;                                \
-  }
+// Statement forms of the dispatch: run the body with `T` bound to the C++ type of `dtype`, or
+// `on_unsupported` (in every kernel: unsupported_dtype(info_, dtype)) for dtypes outside the
+// list. The body is a generic lambda's: it cannot return from the kernel.
+#define OMT_DISPATCH_LIST(List, dtype, on_unsupported, ...)                                        \
+  do {                                                                                             \
+    if (!::omt::cpu::visit_dtype(List{}, (dtype), [&](auto omt_dispatch_tag_) {                   \
+          using T = decltype(omt_dispatch_tag_);                                                   \
+          __VA_ARGS__;                                                                             \
+          return true;                                                                             \
+        })) {                                                                                      \
+      on_unsupported;                                                                              \
+    }                                                                                              \
+  } while (0)
+#define OMT_DISPATCH_FLOAT(dtype, on_unsupported, ...) \
+  OMT_DISPATCH_LIST(::omt::cpu::FloatDTypes, dtype, on_unsupported, __VA_ARGS__)
+#define OMT_DISPATCH_NUMERIC(dtype, on_unsupported, ...) \
+  OMT_DISPATCH_LIST(::omt::cpu::NumericDTypes, dtype, on_unsupported, __VA_ARGS__)
 // Every fixed-size dtype (for data movement ops: Gather, Concat, Transpose ...), by width.
-#define OMT_DISPATCH_ALL(dtype, on_unsupported, ...)        \
-  switch (::omt::dtype_size(dtype)) {                       \
-    case 1: { using T = uint8_t; __VA_ARGS__; break; }      \
-    case 2: { using T = uint16_t; __VA_ARGS__; break; }     \
-    case 4: { using T = uint32_t; __VA_ARGS__; break; }     \
-    case 8: { using T = uint64_t; __VA_ARGS__; break; }     \
-    default: on_unsupported;                                \
-  }
+#define OMT_DISPATCH_ALL(dtype, on_unsupported, ...)                              \
+  do {                                                                            \
+    if (!::omt::cpu::visit_width((dtype), [&](auto omt_dispatch_tag_) {           \
+          using T = decltype(omt_dispatch_tag_);                                  \
+          __VA_ARGS__;                                                            \
+          return true;                                                            \
+        })) {                                                                     \
+      on_unsupported;                                                             \
+    }                                                                             \
+  } while (0)

@@ -1,5 +1,5 @@
 // Gradient rules of Gelu and Mish: dX = com.onnx-mirror:GeluGrad / MishGrad(dY, X), whose
-// kernels sit beside the forward ones in backends/cpu/gelu_mish.cc (PyTorch's derivatives).
+// kernels sit beside the forward ones in backends/cpu/elementwise/gelu_mish.cc (PyTorch's derivatives).
 #include "graph/gradient.h"
 
 namespace omt {

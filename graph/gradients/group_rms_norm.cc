@@ -1,6 +1,6 @@
 // Gradient rules of GroupNormalization (opset 21), RMSNormalization (opset 23) and
 // InstanceNormalization: one fused com.onnx-mirror:<Op>Grad node each, whose kernels sit
-// beside the forward ones in backends/cpu/group_rms_norm.cc and recompute the statistics.
+// beside the forward ones in backends/cpu/norm/group_rms_norm.cc and recompute the statistics.
 // InstanceNormalization is GroupNormalization with one group per channel, so its rule emits
 // GroupNormalizationGrad without num_groups (statistics in double, as its forward kernel).
 #include "graph/gradient.h"

@@ -1,7 +1,8 @@
 // Gradient rules of the neural-network ops: Gemm and MatMul (as Gemm/MatMulGrad), Conv,
 // pooling, normalisation (BatchNormalization, onnx-mirror's BatchNormTraining,
 // LayerNormalization), Softmax/LogSoftmax, the losses and Dropout. Everything but the
-// matrix products becomes one fused <Op>Grad node whose kernel is in backends/cpu/grad_*.cc.
+// matrix products becomes one fused <Op>Grad node whose kernel sits in its op family's
+// folder of backends/cpu (conv/, pool/, norm/, softmax/, loss/, dropout/).
 #include "graph/gradient.h"
 
 namespace omt {

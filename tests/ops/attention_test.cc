@@ -1,4 +1,4 @@
-// Attention (backends/cpu/attention.cc, graph/gradients/attention.cc): values against a naive
+// Attention (backends/cpu/attention/attention.cc, graph/gradients/attention.cc): values against a naive
 // double-precision reference (torch.nn.functional.scaled_dot_product_attention's formula
 // with ONNX's GQA head mapping, cache and mask padding), and finite-difference gradients of Q,
 // K and V through the fused AttentionGrad for 4-D and 3-D layouts, GQA, masks, causality and

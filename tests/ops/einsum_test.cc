@@ -1,4 +1,4 @@
-// Einsum (backends/cpu/einsum.cc, graph/gradients/einsum.cc): values against a brute-force
+// Einsum (backends/cpu/matmul/einsum.cc, graph/gradients/einsum.cc): values against a brute-force
 // sum over every label assignment, and finite-difference gradients (float64) for the
 // contractions exporters write, ellipsis broadcasting, summed-away labels and three operands.
 #include <gtest/gtest.h>

@@ -219,7 +219,7 @@ TEST(MaxPoolGrad, SeveralNaNsInAWindowRouteToTheLastOnEveryPath) {
 
 // ---- ConvGrad's thin path -------------------------------------------------------------------
 
-// dW and dB of a thin convolution without dX (im2col + GEMM, grad_conv.cc) equal those of the
+// dW and dB of a thin convolution without dX (im2col + GEMM, backends/cpu/conv/grad.cc) equal those of the
 // oneDNN path that computes dX as well.
 void expect_thin_weight_grad_matches(const Shape& xs, const Shape& ws, const AttributeMap& attrs) {
   SCOPED_TRACE(::testing::Message() << "X " << shape_str(xs) << ", W " << shape_str(ws));

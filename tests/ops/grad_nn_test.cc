@@ -1,4 +1,4 @@
-// Gradients of the neural-network ops (graph/gradients/nn.cc, backends/cpu/grad_*.cc):
+// Gradients of the neural-network ops (graph/gradients/nn.cc, backends/cpu/<family>/):
 // finite-difference checks for every rule and attribute variant, plus exact checks where
 // central differences cannot decide (MaxPool ties, Dropout masks, running statistics).
 #include <gtest/gtest.h>

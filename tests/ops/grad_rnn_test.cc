@@ -79,7 +79,7 @@ TEST(GradRnn, RnnEveryDirection) {
 TEST(GradRnn, RnnLayout1SequenceLensRelu) {
   RecurrentCase rc{"RNN", "bidirectional", 1};
   rc.seq_lens = true;
-  // One list per direction: rnn.cc's forward mis-copies a single list for two directions.
+  // One list per direction: backends/cpu/rnn/forward.cc mis-copies a single list for two directions.
   rc.activations = {"Relu", "Relu"};
   check(rc, 110);
 }

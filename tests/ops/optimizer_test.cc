@@ -253,7 +253,7 @@ TEST(Optimizers, AdamVersusAdamW) {
   EXPECT_FALSE(tensors_close(final_param(0.1f, false), final_param(0.1f, true), 1e-6, 1e-7));
 }
 
-// Note [in place] of optimizers_torch.cc: fed buffers are updated and returned; an initializer
+// Note [in place] of backends/cpu/optimizers/optimizers_torch.cc: fed buffers are updated and returned; an initializer
 // (shared, read-only) is never written.
 TEST(Optimizers, UpdatesFedBuffersInPlaceButNeverInitializers) {
   AttributeMap a;

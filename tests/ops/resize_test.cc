@@ -1,4 +1,4 @@
-// Resize (backends/cpu/resize.cc, backends/resize_plan.cc, graph/gradients/resize.cc): values
+// Resize (backends/cpu/shape/resize.cc, backends/resize_plan.cc, graph/gradients/resize.cc): values
 // of torch.nn.functional.interpolate's modes worked by hand, and finite-difference gradients
 // (float64) of ResizeGrad for every mode, coordinate transformation, axes, antialias,
 // exclude_outside and the tf_crop_and_resize extrapolation.

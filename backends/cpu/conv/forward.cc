@@ -1,0 +1,313 @@
+// Conv (1-D/2-D/3-D, groups, dilations, strides, pads, auto_pad, bias), com.onnx-mirror:FusedConv
+// (Conv followed by Relu, graph/fusion.h) and ConvTranspose (output_padding, output_shape).
+// float32 Conv runs on oneDNN convolution_forward with primitives and layout reorders cached
+// per input-shape signature (Note [Thin convolutions]); float64 Conv uses im2col + gemm, and
+// ConvTranspose uses gemm + col2im for both float dtypes.
+#include <cstring>
+
+#include "backends/cpu/conv/geometry.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_util.h"
+
+namespace omt::cpu {
+namespace {
+
+
+// Note [Thin convolutions]: with layouts left to oneDNN (tag::any) its fastest kernels work in
+// channels-last or channel-blocked layouts, so a plain NCHW tensor is reordered in and out.
+// For a convolution with few multiply-adds per output element (the first layer of an image
+// model: one input channel, 3x3) that output reorder costs more than the convolution: on
+// models/cnn.onnx's conv1 (1->32, 3x3, batch 128) oneDNN's brgconv in NHWC plus the reorder
+// back took 1.86 ms, its gemm convolution on plain NCHW 0.81 ms. At conv2 (32->64, 288
+// multiply-adds per output) it is the other way round (3.0 vs 4.3 ms). So source and
+// destination stay plain when an output element needs fewer than kThinConvMacs
+// (conv/geometry.h) multiply-adds. ConvGrad's weight gradient has a thin path too.
+
+// oneDNN convolution state for one input-shape signature.
+struct DnnlConv {
+  dnnl::convolution_forward prim;
+  dnnl::memory user_src, user_wei, user_bias, user_dst;  // over the tensors' buffers
+  dnnl::memory src, wei, dst;                            // the primitive's layouts
+  dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
+  dnnl::reorder src_reorder, wei_reorder, dst_reorder;
+  bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
+  bool relu_after = false;  // FusedConv's Relu as a pass after the primitive
+  const void* reordered_weights = nullptr;  // constant weights already reordered
+};
+
+// Conv, and FusedConv with activation "Relu": Y = max(Conv(X, W, B), 0), the Relu applied
+// as a oneDNN post-op while the output is still in cache (float64: a pass after im2col).
+class ConvKernel : public OpKernel {
+ public:
+  explicit ConvKernel(const KernelInfo& info) : info_(info) {
+    attrs_.read(info);
+    constant_weights_ = info.constant_inputs.size() > 1 && info.constant_inputs[1] != nullptr;
+    const std::string activation = info.attr().get_string("activation", "");
+    OMT_CHECK(activation.empty() || activation == "Relu", kUnsupported, info.where(),
+              ": FusedConv supports activation 'Relu' only, got '", activation, "'");
+    relu_ = activation == "Relu";
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor* b = ctx.num_inputs() > 2 ? ctx.input(2) : nullptr;
+    if (b && !b->defined()) b = nullptr;
+    OMT_CHECK(x.rank() >= 3 && x.rank() <= 5 && w.rank() == x.rank(), kUnsupported, info_.where(),
+              ": Conv supports 1-D to 3-D inputs [N,C,...] with weights of the same rank, got X ",
+              x.describe(), " and W ", w.describe());
+    OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, info_.where(),
+              ": Conv inputs must share one dtype, got X ", x.describe(), ", W ", w.describe());
+    const int64_t c = x.dim(1), m = w.dim(0), grp = attrs_.group;
+    OMT_CHECK(c == w.dim(1) * grp && m % grp == 0, kModel, info_.where(), ": X ",
+              shape_str(x.shape()), " and W ", shape_str(w.shape()), " do not match group ", grp,
+              " (expected X channels = W.dim(1) * group and W.dim(0) divisible by group)");
+    OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == m), kModel, info_.where(), ": bias must be [",
+              m, "], got ", b->describe());
+    std::vector<int64_t> k, s, d, pb, pe;
+    const Shape out = attrs_.conv_output(info_.where(), x.shape(), w.shape(), k, s, d, pb, pe);
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    if (y.numel() == 0) return;
+
+    if (x.dtype() == DType::kFloat32) {
+      std::vector<int64_t> key;
+      append_key(key, x.shape());
+      append_key(key, w.shape());
+      key.push_back(b ? 1 : 0);
+      DnnlConv* e = cache_.find(key);
+      if (e == nullptr) e = &cache_.insert(key, create(x, w, b != nullptr, y.shape(), s, d, pb, pe));
+      run(*e, x, w, b, y);
+    } else if (x.dtype() == DType::kFloat64) {
+      conv_im2col<double>(x, w, b, y, make_geometry(Shape(x.shape().begin() + 2, x.shape().end()),
+                                                    Shape(out.begin() + 2, out.end()), k, s, d, pb));
+      if (relu_)
+        for (double* p = y.data<double>(), *end = p + y.numel(); p != end; ++p) *p = *p > 0 ? *p : 0;
+    } else {
+      unsupported_dtype(info_, x.dtype());
+    }
+  }
+
+ private:
+  DnnlConv create(const Tensor& x, const Tensor& w, bool has_bias, const Shape& out,
+                  const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                  const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
+    return dnnl_try(info_.where(), "a convolution primitive", [&] {
+      using md = dnnl::memory::desc;
+      using tag = dnnl::memory::format_tag;
+      const auto f32 = dnnl::memory::data_type::f32;
+      const int64_t grp = attrs_.group;
+      Shape wshape = w.shape();
+      if (grp > 1) {
+        wshape[0] /= grp;
+        wshape.insert(wshape.begin(), grp);
+      }
+      const md user_src = dnnl_plain_md(x.shape(), DType::kFloat32);
+      const md user_wei = dnnl_plain_md(wshape, DType::kFloat32);
+      const md user_dst = dnnl_plain_md(out, DType::kFloat32);
+      const md bias = has_bias ? dnnl_plain_md({out[1]}, DType::kFloat32) : md();
+      dnnl::memory::dims dil;
+      for (int64_t v : d) dil.push_back(v - 1);
+      int64_t macs = x.dim(1) / grp;  // per output element (Note [Thin convolutions])
+      for (size_t i = 2; i < w.shape().size(); ++i) macs *= w.dim(static_cast<int64_t>(i));
+      const bool thin = macs < kThinConvMacs;
+      const dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+          thin ? user_src : md(dnnl_dims(x.shape()), f32, tag::any), md(dnnl_dims(wshape), f32, tag::any),
+          bias, thin ? user_dst : md(dnnl_dims(out), f32, tag::any), s, dil, pb, pe);
+      dnnl::primitive_attr attr = user_scratchpad_attr();
+      // oneDNN's gemm convolution (what thin convolutions get) applies an eltwise post-op
+      // element by element: 10.9 ms for conv1 at batch 256 against 1.9 ms without it. There
+      // the Relu is a separate vectorised pass in run() instead.
+      if (relu_ && !thin) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      const dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_engine());
+      DnnlConv e;
+      e.relu_after = relu_ && thin;
+      dnnl::engine& eng = dnnl_engine();
+      e.prim = dnnl::convolution_forward(pd);
+      e.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+      e.user_src = dnnl::memory(user_src, eng, nullptr);
+      e.user_wei = dnnl::memory(user_wei, eng, nullptr);
+      e.user_dst = dnnl::memory(user_dst, eng, nullptr);
+      e.has_bias = has_bias;
+      if (has_bias) e.user_bias = dnnl::memory(bias, eng, nullptr);
+      e.reorder_src = pd.src_desc() != user_src;
+      e.reorder_wei = pd.weights_desc() != user_wei;
+      e.reorder_dst = pd.dst_desc() != user_dst;
+      if (e.reorder_src) {
+        e.src = dnnl::memory(pd.src_desc(), eng);
+        e.src_reorder = dnnl::reorder(e.user_src, e.src);
+      }
+      if (e.reorder_wei) {
+        e.wei = dnnl::memory(pd.weights_desc(), eng);
+        e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
+      }
+      if (e.reorder_dst) {
+        e.dst = dnnl::memory(pd.dst_desc(), eng);
+        e.dst_reorder = dnnl::reorder(e.dst, e.user_dst);
+      }
+      return e;
+    });
+  }
+
+  void run(DnnlConv& e, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+    dnnl_set_num_threads(info_.num_threads);
+    dnnl::stream& st = dnnl_stream();
+    e.user_src.set_data_handle(const_cast<void*>(x.raw()));
+    e.user_wei.set_data_handle(const_cast<void*>(w.raw()));
+    e.user_dst.set_data_handle(y.raw());
+    if (e.reorder_src) e.src_reorder.execute(st, e.user_src, e.src);
+    if (e.reorder_wei && !(constant_weights_ && e.reordered_weights == w.raw())) {
+      e.wei_reorder.execute(st, e.user_wei, e.wei);
+      e.reordered_weights = w.raw();
+    }
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, e.reorder_src ? e.src : e.user_src},
+        {DNNL_ARG_WEIGHTS, e.reorder_wei ? e.wei : e.user_wei},
+        {DNNL_ARG_DST, e.reorder_dst ? e.dst : e.user_dst},
+        {DNNL_ARG_SCRATCHPAD, e.scratchpad}};
+    if (e.has_bias) {
+      e.user_bias.set_data_handle(const_cast<void*>(b->raw()));
+      args.emplace(DNNL_ARG_BIAS, e.user_bias);
+    }
+    e.prim.execute(st, args);
+    if (e.reorder_dst) e.dst_reorder.execute(st, e.dst, e.user_dst);
+    st.wait();
+    if (e.relu_after)
+      for (float *p = y.data<float>(), *end = p + y.numel(); p != end; ++p) *p = *p > 0.0f ? *p : 0.0f;
+  }
+
+  template <class T>
+  void conv_im2col(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                   const Geometry& g) const {
+    const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0), grp = attrs_.group;
+    const int64_t cg = c / grp, mg = m / grp, ks = g.k_size(), osz = g.out_size();
+    std::vector<T> col(static_cast<size_t>(cg * ks * osz));
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* py = y.data<T>();
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t gi = 0; gi < grp; ++gi) {
+        im2col(g, cg, px + (in * c + gi * cg) * g.in_size(), col.data());
+        T* yg = py + (in * m + gi * mg) * osz;
+        gemm(false, false, mg, osz, cg * ks, T(1), pw + gi * mg * cg * ks, cg * ks, col.data(), osz,
+             T(0), yg, osz);
+        if (b)
+          for (int64_t oc = 0; oc < mg; ++oc) {
+            const T bv = b->data<T>()[gi * mg + oc];
+            for (int64_t p = 0; p < osz; ++p) yg[oc * osz + p] += bv;
+          }
+      }
+  }
+
+  KernelInfo info_;
+  ConvAttrs attrs_;
+  bool constant_weights_ = false;
+  bool relu_ = false;
+  ShapeCache<DnnlConv> cache_;
+};
+
+class ConvTransposeKernel : public OpKernel {
+ public:
+  explicit ConvTransposeKernel(const KernelInfo& info) : info_(info) {
+    attrs_.read(info);
+    output_padding_ = info.attr().get_ints("output_padding");
+    output_shape_ = info.attr().get_ints("output_shape");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    const Tensor& w = ctx.in(1);
+    const Tensor* b = ctx.num_inputs() > 2 ? ctx.input(2) : nullptr;
+    if (b && !b->defined()) b = nullptr;
+    OMT_CHECK(x.rank() >= 3 && x.rank() <= 5 && w.rank() == x.rank(), kUnsupported, info_.where(),
+              ": ConvTranspose supports 1-D to 3-D inputs [N,C,...] with weights of the same "
+              "rank, got X ", x.describe(), " and W ", w.describe());
+    OMT_CHECK(x.dtype() == w.dtype() && (!b || b->dtype() == x.dtype()), kModel, info_.where(),
+              ": ConvTranspose inputs must share one dtype, got X ", x.describe(), ", W ",
+              w.describe());
+    const size_t nsp = static_cast<size_t>(x.rank() - 2);
+    const int64_t grp = attrs_.group, c = x.dim(1), m = w.dim(1) * grp;
+    OMT_CHECK(w.dim(0) == c && c % grp == 0, kModel, info_.where(), ": W ", shape_str(w.shape()),
+              " must be [C=", c, ", M/group, k...] with C divisible by group ", grp);
+    OMT_CHECK(!b || (b->rank() == 1 && b->dim(0) == m), kModel, info_.where(), ": bias must be [",
+              m, "], got ", b->describe());
+    std::vector<int64_t> k, s, d;
+    attrs_.resolve(info_.where(), nsp, Shape(w.shape().begin() + 2, w.shape().end()), k, s, d);
+    std::vector<int64_t> op = output_padding_.empty() ? std::vector<int64_t>(nsp, 0) : output_padding_;
+    OMT_CHECK(op.size() == nsp, kModel, info_.where(), ": output_padding needs ", nsp, " values");
+    // output_shape may list only the spatial dims or the full [N, M, ...] shape.
+    std::vector<int64_t> os = output_shape_;
+    if (os.size() == nsp + 2) os.erase(os.begin(), os.begin() + 2);
+    OMT_CHECK(os.empty() || os.size() == nsp, kModel, info_.where(), ": output_shape needs ", nsp,
+              " spatial values, got ", output_shape_.size());
+
+    std::vector<int64_t> pb(nsp, 0);
+    Shape out = {x.dim(0), m};
+    const bool same = attrs_.auto_pad == "SAME_UPPER" || attrs_.auto_pad == "SAME_LOWER";
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x.dim(static_cast<int64_t>(i) + 2);
+      const int64_t full = s[i] * (in - 1) + op[i] + (k[i] - 1) * d[i] + 1;
+      int64_t o;
+      if (!os.empty() || same) {
+        o = !os.empty() ? os[i] : in * s[i];
+        const int64_t total = full - o;
+        pb[i] = attrs_.auto_pad == "SAME_UPPER" ? floor_div(total, 2) : total - floor_div(total, 2);
+      } else {
+        int64_t pe = 0;
+        if (attrs_.auto_pad == "NOTSET" && !attrs_.pads.empty()) {
+          pb[i] = attrs_.pads[i];
+          pe = attrs_.pads[i + nsp];
+        }
+        o = full - pb[i] - pe;
+      }
+      OMT_CHECK(o >= 0, kModel, info_.where(), ": computed a negative output size ", o);
+      out.push_back(o);
+    }
+    Tensor& y = ctx.output(0, x.dtype(), out);
+    if (y.numel() == 0) return;
+    const Geometry g = make_geometry(Shape(x.shape().begin() + 2, x.shape().end()),
+                                     Shape(out.begin() + 2, out.end()), k, s, d, pb);
+    dispatch_dtype(info_, FloatDTypes{}, x.dtype(), [&](auto tag) { run<decltype(tag)>(x, w, b, y, g); });
+  }
+
+ private:
+  template <class T>
+  void run(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, const Geometry& g) {
+    dnnl_set_num_threads(info_.num_threads);
+    const int64_t n = x.dim(0), c = x.dim(1), m = y.dim(1), grp = attrs_.group;
+    const int64_t cg = c / grp, mg = m / grp, ks = g.k_size(), isz = g.in_size(), osz = g.out_size();
+    std::vector<T> col(static_cast<size_t>(mg * ks * isz));
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* py = y.data<T>();
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t gi = 0; gi < grp; ++gi) {
+        T* yg = py + (in * m + gi * mg) * osz;
+        for (int64_t oc = 0; oc < mg; ++oc) {
+          const T bv = b ? b->data<T>()[gi * mg + oc] : T(0);
+          for (int64_t p = 0; p < osz; ++p) yg[oc * osz + p] = bv;
+        }
+        if (isz == 0 || cg == 0) continue;
+        // col[Mg*K, in] = W_g^T [Mg*K, Cg] x X_g [Cg, in]
+        gemm(true, false, mg * ks, isz, cg, T(1), pw + gi * cg * mg * ks, mg * ks,
+             px + (in * c + gi * cg) * isz, isz, T(0), col.data(), isz);
+        col2im(g, mg, col.data(), yg);
+      }
+  }
+
+  KernelInfo info_;
+  ConvAttrs attrs_;
+  std::vector<int64_t> output_padding_, output_shape_;
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL("Conv", ConvKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "FusedConv", ConvKernel);
+OMT_REGISTER_CPU_KERNEL("ConvTranspose", ConvTransposeKernel);
+
+}  // namespace omt::cpu

@@ -1,0 +1,179 @@
+// Convolution attributes and geometry (ConvAttrs: the output shape and pads of Conv, which
+// ConvGrad resolves the same way) and the im2col / col2im transforms, shared by Conv,
+// ConvTranspose (conv/forward.cc) and ConvGrad (conv/grad.cc).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "common/tensor.h"
+
+namespace omt::cpu {
+
+// Multiply-adds per output element below which a convolution is "thin" (Note [Thin
+// convolutions] in conv/forward.cc): its forward runs on plain layouts, its weight gradient as
+// im2col + GEMM (conv/grad.cc).
+constexpr int64_t kThinConvMacs = 32;
+
+inline int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+// Attributes shared by Conv, ConvTranspose and ConvGrad, read once at kernel creation.
+struct ConvAttrs {
+  std::string auto_pad;
+  std::vector<int64_t> kernel_shape, strides, dilations, pads;
+  int64_t group = 1;
+
+  void read(const KernelInfo& info) {
+    const AttributeMap& a = info.attr();
+    auto_pad = read_auto_pad(info);
+    kernel_shape = a.get_ints("kernel_shape");
+    strides = a.get_ints("strides");
+    dilations = a.get_ints("dilations");
+    pads = a.get_ints("pads");
+    group = a.get_int("group", 1);
+    OMT_CHECK(group >= 1, kModel, info.where(), ": group must be >= 1, got ", group);
+  }
+
+  // Fills the per-dimension values for `nsp` spatial dims (defaults where absent) and checks sizes.
+  void resolve(const std::string& where, size_t nsp, const Shape& w_spatial,
+               std::vector<int64_t>& k, std::vector<int64_t>& s, std::vector<int64_t>& d) const {
+    k = kernel_shape.empty() ? std::vector<int64_t>(w_spatial) : kernel_shape;
+    s = strides.empty() ? std::vector<int64_t>(nsp, 1) : strides;
+    d = dilations.empty() ? std::vector<int64_t>(nsp, 1) : dilations;
+    OMT_CHECK(k.size() == nsp && s.size() == nsp && d.size() == nsp, kModel, where,
+              ": kernel_shape/strides/dilations must have one value per spatial dim (", nsp,
+              "), got ", k.size(), "/", s.size(), "/", d.size());
+    OMT_CHECK(pads.empty() || pads.size() == 2 * nsp, kModel, where, ": pads must have ", 2 * nsp,
+              " values, got ", pads.size());
+    for (size_t i = 0; i < nsp; ++i) {
+      OMT_CHECK(k[i] == w_spatial[i], kModel, where, ": kernel_shape ", shape_str(k),
+                " does not match the weights' spatial shape ", shape_str(w_spatial));
+      OMT_CHECK(s[i] >= 1 && d[i] >= 1, kModel, where, ": strides and dilations must be >= 1");
+    }
+  }
+
+  // Conv's output shape [N, M, o...] for X and W (ConvGrad's dY has it too), with the resolved
+  // kernel, strides, dilations and begin/end pads of each spatial dim (auto_pad applied).
+  Shape conv_output(const std::string& where, const Shape& x, const Shape& w, std::vector<int64_t>& k,
+                    std::vector<int64_t>& s, std::vector<int64_t>& d, std::vector<int64_t>& pb,
+                    std::vector<int64_t>& pe) const {
+    const size_t nsp = x.size() - 2;
+    resolve(where, nsp, Shape(w.begin() + 2, w.end()), k, s, d);
+    pb.assign(nsp, 0);
+    pe.assign(nsp, 0);
+    Shape out = {x[0], w[0]};
+    for (size_t i = 0; i < nsp; ++i) {
+      const int64_t in = x[i + 2];
+      const int64_t ek = (k[i] - 1) * d[i] + 1;
+      int64_t o;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        o = (in + s[i] - 1) / s[i];
+        const int64_t total = std::max<int64_t>(0, (o - 1) * s[i] + ek - in);
+        pb[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe[i] = total - pb[i];
+      } else {
+        if (auto_pad == "NOTSET" && !pads.empty()) {
+          pb[i] = pads[i];
+          pe[i] = pads[i + nsp];
+        }
+        o = floor_div(in + pb[i] + pe[i] - ek, s[i]) + 1;
+      }
+      OMT_CHECK(o >= 0, kModel, where, ": input ", shape_str(x), " is smaller than the kernel ",
+                shape_str(k), " with the given pads");
+      out.push_back(o);
+    }
+    return out;
+  }
+};
+
+// Spatial geometry of one convolution, padded to 3 spatial dims (leading 1s) for the loops.
+struct Geometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1};
+  int64_t s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t k_size() const { return k[0] * k[1] * k[2]; }
+};
+
+inline Geometry make_geometry(const Shape& in, const Shape& out, const std::vector<int64_t>& k,
+                              const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                              const std::vector<int64_t>& pb) {
+  Geometry g;
+  const size_t off = 3 - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    g.in[off + i] = in[i];
+    g.out[off + i] = out[i];
+    g.k[off + i] = k[i];
+    g.s[off + i] = s[i];
+    g.d[off + i] = d[i];
+    g.pb[off + i] = pb[i];
+  }
+  return g;
+}
+
+// col[(c*K + kpos) * out_size + opos] = x[c, input position of (opos, kpos)] or 0 in the padding.
+template <class T>
+void im2col(const Geometry& g, int64_t channels, const T* x, T* col) {
+  const int64_t osz = g.out_size(), isz = g.in_size();
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* xc = x + c * isz;
+    for (int64_t k0 = 0; k0 < g.k[0]; ++k0)
+      for (int64_t k1 = 0; k1 < g.k[1]; ++k1)
+        for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+          T* dst = col + ((c * g.k[0] + k0) * g.k[1] * g.k[2] + k1 * g.k[2] + k2) * osz;
+          for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
+            const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0];
+            for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+              const int64_t i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+              T* row = dst + (o0 * g.out[1] + o1) * g.out[2];
+              if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+                for (int64_t o2 = 0; o2 < g.out[2]; ++o2) row[o2] = T(0);
+                continue;
+              }
+              const T* xrow = xc + (i0 * g.in[1] + i1) * g.in[2];
+              for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+                const int64_t i2 = o2 * g.s[2] - g.pb[2] + k2 * g.d[2];
+                row[o2] = (i2 >= 0 && i2 < g.in[2]) ? xrow[i2] : T(0);
+              }
+            }
+          }
+        }
+  }
+}
+
+// y[c, output position of (ipos, kpos)] += col[(c*K + kpos) * in_size + ipos] (the adjoint of
+// im2col with in/out swapped: ConvTranspose scatters each input position into the output).
+template <class T>
+void col2im(const Geometry& g, int64_t channels, const T* col, T* y) {
+  const int64_t osz = g.out_size(), isz = g.in_size();
+  for (int64_t c = 0; c < channels; ++c) {
+    T* yc = y + c * osz;
+    for (int64_t k0 = 0; k0 < g.k[0]; ++k0)
+      for (int64_t k1 = 0; k1 < g.k[1]; ++k1)
+        for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+          const T* src = col + ((c * g.k[0] + k0) * g.k[1] * g.k[2] + k1 * g.k[2] + k2) * isz;
+          for (int64_t i0 = 0; i0 < g.in[0]; ++i0) {
+            const int64_t o0 = i0 * g.s[0] - g.pb[0] + k0 * g.d[0];
+            if (o0 < 0 || o0 >= g.out[0]) continue;
+            for (int64_t i1 = 0; i1 < g.in[1]; ++i1) {
+              const int64_t o1 = i1 * g.s[1] - g.pb[1] + k1 * g.d[1];
+              if (o1 < 0 || o1 >= g.out[1]) continue;
+              const T* row = src + (i0 * g.in[1] + i1) * g.in[2];
+              T* yrow = yc + (o0 * g.out[1] + o1) * g.out[2];
+              for (int64_t i2 = 0; i2 < g.in[2]; ++i2) {
+                const int64_t o2 = i2 * g.s[2] - g.pb[2] + k2 * g.d[2];
+                if (o2 >= 0 && o2 < g.out[2]) yrow[o2] += row[i2];
+              }
+            }
+          }
+        }
+  }
+}
+
+}  // namespace omt::cpu

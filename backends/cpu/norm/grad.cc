@@ -1,0 +1,359 @@
+// Normalisation for training: onnx-mirror's BatchNormTraining (batch statistics, PyTorch's
+// running-stat update) and the backward kernels BatchNormTrainingGrad,
+// BatchNormInferenceGrad (frozen statistics) and LayerNormalizationGrad. Per-channel and
+// per-row sums accumulate in double; element loops stay in the tensor's dtype.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/norm/moments.h"
+
+namespace omt::cpu {
+namespace {
+
+// X viewed as [N, C, inner]; every per-channel input must have C elements of X's dtype.
+struct ChannelView {
+  int64_t n = 0, c = 0, inner = 0;
+};
+
+ChannelView channel_view(const KernelInfo& info, const KernelContext& ctx, const Tensor& x,
+                         std::initializer_list<int> per_channel) {
+  OMT_CHECK(x.rank() >= 2, kModel, info.where(), ": X must be [N, C, ...], got ", x.describe());
+  ChannelView v;
+  v.n = x.dim(0);
+  v.c = x.dim(1);
+  v.inner = v.n * v.c > 0 ? x.numel() / (v.n * v.c) : 0;
+  for (int i : per_channel) {
+    const Tensor* t = optional_input(ctx, i);
+    if (!t) continue;
+    OMT_CHECK(t->numel() == v.c && t->dtype() == x.dtype(), kModel, info.where(), ": input ", i,
+              " must be ", dtype_name(x.dtype()), "[", v.c, "], got ", t->describe());
+  }
+  return v;
+}
+
+// BatchNormTraining(X, scale, B, running_mean, running_var) -> Y, running_mean_new,
+// running_var_new, saved_mean, saved_invstd. Y uses the biased batch variance; the running
+// variance is updated with the unbiased one (as PyTorch does), with ONNX's momentum:
+// running = running * momentum + batch * (1 - momentum).
+class BatchNormTrainingKernel : public OpKernel {
+ public:
+  explicit BatchNormTrainingKernel(const KernelInfo& info)
+      : info_(info),
+        epsilon_(info.attr().get_float("epsilon", 1e-5f)),
+        momentum_(info.attr().get_float("momentum", 0.9f)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.in(0);
+    for (int i = 1; i < 5; ++i) ctx.in(i);  // all five inputs are required
+    const ChannelView v = channel_view(info_, ctx, x, {1, 2, 3, 4});
+    OMT_CHECK(v.n * v.inner > 1, kInvalidArgument, info_.where(),
+              ": batch normalisation in training needs more than one value per channel, got X ",
+              x.describe(), ". Use a larger batch.");
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx, x, v));
+  }
+
+ private:
+  template <class T>
+  void run(KernelContext& ctx, const Tensor& x, const ChannelView& v) {
+    const T* scale = ctx.in(1).data<T>();
+    const T* bias = ctx.in(2).data<T>();
+    const T* rm = ctx.in(3).data<T>();
+    const T* rv = ctx.in(4).data<T>();
+    const Shape cs{v.c};
+    T* y = ctx.output(0, x.dtype(), x.shape()).template data<T>();
+    T* rm_new = output_wanted(info_, ctx, 1) ? ctx.output(1, x.dtype(), ctx.in(3).shape()).template data<T>() : nullptr;
+    T* rv_new = output_wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), ctx.in(4).shape()).template data<T>() : nullptr;
+    T* saved_mean = output_wanted(info_, ctx, 3) ? ctx.output(3, x.dtype(), cs).template data<T>() : nullptr;
+    T* saved_inv = output_wanted(info_, ctx, 4) ? ctx.output(4, x.dtype(), cs).template data<T>() : nullptr;
+    const T* px = x.data<T>();
+    const double count = static_cast<double>(v.n * v.inner), m = momentum_;
+    for (int64_t ch = 0; ch < v.c; ++ch) {
+      double mean, var;
+      channel_moments(px, v.n, v.c, v.inner, ch, mean, var);
+      const double inv = 1.0 / std::sqrt(var + epsilon_);
+      if (rm_new) rm_new[ch] = static_cast<T>(rm[ch] * m + mean * (1.0 - m));
+      if (rv_new) rv_new[ch] = static_cast<T>(rv[ch] * m + var * count / (count - 1.0) * (1.0 - m));
+      if (saved_mean) saved_mean[ch] = static_cast<T>(mean);
+      if (saved_inv) saved_inv[ch] = static_cast<T>(inv);
+      const T a = static_cast<T>(static_cast<double>(scale[ch]) * inv);
+      const T b = static_cast<T>(static_cast<double>(bias[ch]) - mean * static_cast<double>(scale[ch]) * inv);
+      for (int64_t bi = 0; bi < v.n; ++bi) {
+        const int64_t off = (bi * v.c + ch) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) y[off + i] = px[off + i] * a + b;
+      }
+    }
+  }
+
+  KernelInfo info_;
+  double epsilon_, momentum_;
+};
+
+// BatchNormTrainingGrad(dY, X, scale, saved_mean?, saved_invstd?) -> dX, dScale, dB for a
+// normalisation with batch statistics; without the saved statistics they are recomputed.
+class BatchNormTrainingGradKernel : public OpKernel {
+ public:
+  explicit BatchNormTrainingGradKernel(const KernelInfo& info)
+      : info_(info), epsilon_(info.attr().get_float("epsilon", 1e-5f)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    ctx.in(2);
+    OMT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ",
+              dy.describe(), " must match X ", x.describe());
+    const ChannelView v = channel_view(info_, ctx, x, {2, 3, 4});
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx, dy, x, v));
+  }
+
+ private:
+  template <class T>
+  void run(KernelContext& ctx, const Tensor& dyt, const Tensor& x, const ChannelView& v) {
+    const T* scale = ctx.in(2).data<T>();
+    const Tensor* sm = optional_input(ctx, 3);
+    const Tensor* si = optional_input(ctx, 4);
+    const bool saved = sm && si;
+    const Shape cs = ctx.in(2).shape();
+    T* dx = output_wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
+    T* dscale = output_wanted(info_, ctx, 1) ? ctx.output(1, x.dtype(), cs).template data<T>() : nullptr;
+    T* db = output_wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), cs).template data<T>() : nullptr;
+    const T* px = x.data<T>();
+    const T* dy = dyt.data<T>();
+    const double count = static_cast<double>(v.n * v.inner);
+    for (int64_t ch = 0; ch < v.c; ++ch) {
+      double mean, inv;
+      if (saved) {
+        mean = static_cast<double>(sm->data<T>()[ch]);
+        inv = static_cast<double>(si->data<T>()[ch]);
+      } else {
+        double var;
+        channel_moments(px, v.n, v.c, v.inner, ch, mean, var);
+        inv = 1.0 / std::sqrt(var + epsilon_);
+      }
+      double sum_dy = 0.0, sum_dy_xmu = 0.0;
+      for (int64_t bi = 0; bi < v.n; ++bi) {
+        const int64_t off = (bi * v.c + ch) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) {
+          const double g = static_cast<double>(dy[off + i]);
+          sum_dy += g;
+          sum_dy_xmu += g * (static_cast<double>(px[off + i]) - mean);
+        }
+      }
+      if (db) db[ch] = static_cast<T>(sum_dy);
+      if (dscale) dscale[ch] = static_cast<T>(sum_dy_xmu * inv);
+      if (!dx || count == 0) continue;
+      // dX = scale * inv * (dY - mean(dY) - (x - mean) * inv^2 * mean(dY * (x - mean))).
+      const double k = static_cast<double>(scale[ch]) * inv;
+      const T a = static_cast<T>(k);
+      const T c1 = static_cast<T>(k * sum_dy / count);
+      const T c2 = static_cast<T>(k * inv * inv * sum_dy_xmu / count);
+      const T mu = static_cast<T>(mean);
+      for (int64_t bi = 0; bi < v.n; ++bi) {
+        const int64_t off = (bi * v.c + ch) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i)
+          dx[off + i] = dy[off + i] * a - c1 - (px[off + i] - mu) * c2;
+      }
+    }
+  }
+
+  KernelInfo info_;
+  double epsilon_;
+};
+
+// BatchNormInferenceGrad(dY, X, scale, mean, var) -> dX, dScale, dB, dMean, dVar for
+// BatchNormalization with frozen (running) statistics.
+class BatchNormInferenceGradKernel : public OpKernel {
+ public:
+  explicit BatchNormInferenceGradKernel(const KernelInfo& info)
+      : info_(info), epsilon_(info.attr().get_float("epsilon", 1e-5f)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    for (int i = 2; i < 5; ++i) ctx.in(i);
+    OMT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ",
+              dy.describe(), " must match X ", x.describe());
+    const ChannelView v = channel_view(info_, ctx, x, {2, 3, 4});
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx, dy, x, v));
+  }
+
+ private:
+  template <class T>
+  void run(KernelContext& ctx, const Tensor& dyt, const Tensor& x, const ChannelView& v) {
+    const T* scale = ctx.in(2).data<T>();
+    const T* mean = ctx.in(3).data<T>();
+    const T* var = ctx.in(4).data<T>();
+    // dX like X; dScale and dB like scale; dMean and dVar like mean and var.
+    const Shape* shapes[5] = {&x.shape(), &ctx.in(2).shape(), &ctx.in(2).shape(), &ctx.in(3).shape(),
+                              &ctx.in(4).shape()};
+    T* out[5] = {};
+    for (int i = 0; i < 5; ++i)
+      if (output_wanted(info_, ctx, i)) out[i] = ctx.output(i, x.dtype(), *shapes[i]).template data<T>();
+    const T* px = x.data<T>();
+    const T* dy = dyt.data<T>();
+    for (int64_t ch = 0; ch < v.c; ++ch) {
+      const double inv = 1.0 / std::sqrt(static_cast<double>(var[ch]) + epsilon_);
+      const double k = static_cast<double>(scale[ch]) * inv;
+      const T mu = mean[ch];
+      double sum_dy = 0.0, sum_dy_xmu = 0.0;
+      for (int64_t bi = 0; bi < v.n; ++bi) {
+        const int64_t off = (bi * v.c + ch) * v.inner;
+        if (out[0]) {
+          const T a = static_cast<T>(k);
+          for (int64_t i = 0; i < v.inner; ++i) out[0][off + i] = dy[off + i] * a;
+        }
+        for (int64_t i = 0; i < v.inner; ++i) {
+          const double g = static_cast<double>(dy[off + i]);
+          sum_dy += g;
+          sum_dy_xmu += g * static_cast<double>(px[off + i] - mu);
+        }
+      }
+      if (out[1]) out[1][ch] = static_cast<T>(sum_dy_xmu * inv);
+      if (out[2]) out[2][ch] = static_cast<T>(sum_dy);
+      if (out[3]) out[3][ch] = static_cast<T>(-k * sum_dy);
+      if (out[4]) out[4][ch] = static_cast<T>(-0.5 * k * inv * inv * sum_dy_xmu);
+    }
+  }
+
+  KernelInfo info_;
+  double epsilon_;
+};
+
+// LayerNormalizationGrad(dY, X, Scale, Mean?, InvStdDev?, B?) -> dX, dScale, dB, with the
+// forward's axis, epsilon and stash_type. Mean/InvStdDev are the forward's outputs when
+// given (float or double), recomputed otherwise; B is read only for its shape.
+class LayerNormGradKernel : public OpKernel {
+ public:
+  explicit LayerNormGradKernel(const KernelInfo& info)
+      : info_(info),
+        axis_(info.attr().get_int("axis", -1)),
+        epsilon_(info.attr().get_float("epsilon", 1e-5f)),
+        stash_float_(info.attr().get_int("stash_type", 1) == static_cast<int64_t>(DType::kFloat32)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    OMT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ",
+              dy.describe(), " must match X ", x.describe());
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx, dy, x));
+  }
+
+ private:
+  template <class T>
+  void run(KernelContext& ctx, const Tensor& dyt, const Tensor& x) {
+    const int64_t axis = normalize_axis(axis_, x.rank(), info_.where());
+    const Shape inner_shape(x.shape().begin() + axis, x.shape().end());
+    const int64_t inner = shape_numel(inner_shape);
+    const int64_t outer = inner > 0 ? x.numel() / inner : 0;
+    const Tensor& scale_t = ctx.in(2);
+    OMT_CHECK(scale_t.dtype() == x.dtype() &&
+                  broadcast_shapes({scale_t.shape(), inner_shape}, info_.where()) == inner_shape,
+              kModel, info_.where(), ": Scale ", scale_t.describe(),
+              " does not broadcast to the normalized shape ", shape_str(inner_shape));
+    const Tensor* mean_t = optional_input(ctx, 3);
+    const Tensor* inv_t = optional_input(ctx, 4);
+    const Tensor* b_t = optional_input(ctx, 5);
+    const bool saved = mean_t && inv_t;
+    if (saved)
+      OMT_CHECK(mean_t->numel() == outer && inv_t->numel() == outer, kModel, info_.where(),
+                ": Mean/InvStdDev must have ", outer, " elements, got ", mean_t->describe(), " and ",
+                inv_t->describe());
+
+    // Scale broadcast to the normalized shape, and full-size dScale/dB accumulators.
+    std::vector<T>& scale = buffer<T>(0, inner);
+    const T* ps = scale_t.data<T>();
+    for_each_broadcast<1>(inner_shape, {scale_t.shape()},
+                          [&](int64_t o, const int64_t* offs) { scale[o] = ps[offs[0]]; });
+    T* dx = output_wanted(info_, ctx, 0) ? ctx.output(0, x.dtype(), x.shape()).template data<T>() : nullptr;
+    const bool want_ds = output_wanted(info_, ctx, 1), want_db = output_wanted(info_, ctx, 2) && b_t;
+    std::vector<T>& ds = buffer<T>(1, want_ds ? inner : 0);
+    std::vector<T>& dbias = buffer<T>(2, want_db ? inner : 0);
+    std::fill(ds.begin(), ds.end(), T(0));
+    std::fill(dbias.begin(), dbias.end(), T(0));
+
+    const T* px = x.data<T>();
+    const T* dy = dyt.data<T>();
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* xr = px + o * inner;
+      const T* gr = dy + o * inner;
+      double mean, inv;
+      if (saved) {
+        mean = mean_t->value_as_double(o);
+        inv = inv_t->value_as_double(o);
+      } else {
+        double sum = 0.0, sq = 0.0;
+        for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(xr[i]);
+        mean = sum / static_cast<double>(inner);
+        for (int64_t i = 0; i < inner; ++i) {
+          const double d = static_cast<double>(xr[i]) - mean;
+          sq += d * d;
+        }
+        double var = sq / static_cast<double>(inner);
+        if (stash_float_) {
+          mean = static_cast<float>(mean);
+          var = static_cast<float>(var);
+        }
+        inv = 1.0 / std::sqrt(var + epsilon_);
+      }
+      const T mu = static_cast<T>(mean), iv = static_cast<T>(inv);
+      double sum_g = 0.0, sum_g_xhat = 0.0;
+      for (int64_t i = 0; i < inner; ++i) {
+        const T xhat = (xr[i] - mu) * iv;
+        const T g = gr[i] * scale[i];
+        sum_g += static_cast<double>(g);
+        sum_g_xhat += static_cast<double>(g * xhat);
+        if (want_ds) ds[i] += gr[i] * xhat;
+        if (want_db) dbias[i] += gr[i];
+      }
+      if (!dx) continue;
+      const T c1 = static_cast<T>(sum_g / static_cast<double>(inner));
+      const T c2 = static_cast<T>(sum_g_xhat / static_cast<double>(inner));
+      T* dr = dx + o * inner;
+      for (int64_t i = 0; i < inner; ++i) dr[i] = iv * (gr[i] * scale[i] - c1 - (xr[i] - mu) * iv * c2);
+    }
+    if (want_ds) reduce_to(ctx, 1, ds, inner_shape, scale_t.shape(), x.dtype());
+    if (want_db) reduce_to(ctx, 2, dbias, inner_shape, b_t->shape(), x.dtype());
+  }
+
+  // Output i = `full` (over the normalized shape) summed down to `shape`.
+  template <class T>
+  static void reduce_to(KernelContext& ctx, int i, const std::vector<T>& full, const Shape& inner_shape,
+                        const Shape& shape, DType dtype) {
+    Tensor& out = ctx.output(i, dtype, shape);
+    T* po = out.data<T>();
+    if (shape_numel(shape) == static_cast<int64_t>(full.size())) {
+      std::memcpy(po, full.data(), sizeof(T) * full.size());
+      return;
+    }
+    std::memset(po, 0, out.nbytes());
+    for_each_broadcast<1>(inner_shape, {shape}, [&](int64_t o, const int64_t* offs) { po[offs[0]] += full[o]; });
+  }
+
+  template <class T>
+  std::vector<T>& buffer(int k, int64_t n) {
+    std::vector<T>* v;
+    if constexpr (std::is_same_v<T, float>) v = &buf_f_[k];
+    else v = &buf_d_[k];
+    v->resize(static_cast<size_t>(n));
+    return *v;
+  }
+
+  KernelInfo info_;
+  int64_t axis_;
+  double epsilon_;
+  bool stash_float_;
+  std::vector<float> buf_f_[3];
+  std::vector<double> buf_d_[3];
+};
+
+}  // namespace
+
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "BatchNormTraining", BatchNormTrainingKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "BatchNormTrainingGrad", BatchNormTrainingGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "BatchNormInferenceGrad", BatchNormInferenceGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "LayerNormalizationGrad", LayerNormGradKernel);
+
+}  // namespace omt::cpu

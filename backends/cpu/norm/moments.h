@@ -1,0 +1,39 @@
+// Batch statistics shared by the normalisation kernels' forward (norm/forward.cc) and backward
+// (norm/grad.cc: BatchNormTraining and the gradients), so both see the same mean and variance.
+#pragma once
+
+#include <cstdint>
+
+namespace omt::cpu {
+
+// Mean and biased variance of `blocks` strided blocks: elements x[b * stride + i], i < len,
+// summed in double.
+template <class T>
+inline void block_moments(const T* x, int64_t blocks, int64_t stride, int64_t len, double& mean,
+                          double& var) {
+  double sum = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const T* p = x + b * stride;
+    for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(p[i]);
+  }
+  const double count = static_cast<double>(blocks * len);
+  mean = count > 0 ? sum / count : 0.0;
+  double sq = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const T* p = x + b * stride;
+    for (int64_t i = 0; i < len; ++i) {
+      const double dv = static_cast<double>(p[i]) - mean;
+      sq += dv * dv;
+    }
+  }
+  var = count > 0 ? sq / count : 0.0;
+}
+
+// Channel ch of x viewed as [n, c, inner].
+template <class T>
+inline void channel_moments(const T* x, int64_t n, int64_t c, int64_t inner, int64_t ch, double& mean,
+                            double& var) {
+  block_moments(x + ch * inner, n, c * inner, inner, mean, var);
+}
+
+}  // namespace omt::cpu

@@ -1,0 +1,40 @@
+// Pooling windows shared by the forward (pool/forward.cc) and backward (pool/grad.cc) kernels, so
+// both resolve auto_pad, pads, strides, dilations and ceil_mode the same way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace omt::cpu {
+
+// Window of each output position along one spatial dim.
+struct DimWindows {
+  std::vector<int64_t> begin;     // offset into `pos` of output o's positions
+  std::vector<int64_t> pos;       // valid input positions, grouped by output position
+  std::vector<int64_t> padded_n;  // window positions inside [-pad_begin, in + pad_end)
+  int64_t count(int64_t o) const { return begin[o + 1] - begin[o]; }
+};
+
+// Spatial dims padded to 3 (leading dims of size 1).
+struct PoolGeometry {
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  DimWindows win[3];
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+};
+
+struct PoolAttrs {
+  std::string auto_pad;
+  std::vector<int64_t> kernel, strides, pads, dilations;
+  bool ceil_mode = false;
+
+  // Reads and validates the node's attributes (model errors name the node).
+  void read(const KernelInfo& info, bool has_dilations);
+  // Output shape and windows for input x of shape [N, C, spatial...], written into `g`
+  // (its vectors are reused, so a steady caller allocates nothing).
+  void geometry(const Shape& x, const std::string& where, Shape& out_shape, PoolGeometry& g) const;
+};
+
+}  // namespace omt::cpu
