@@ -410,7 +410,7 @@ void add_activation_norm_scatter_nd_cases(std::vector<OpCase>& cases) {
                          0.0, 0.0});
 }
 
-// Einsum, Attention(Grad) and Resize(Grad) (backends/cuda/einsum.cu, attention.cu, resize.cu).
+// Einsum, Attention(Grad) and Resize(Grad) (backends/cuda/matmul/einsum.cu, attention/attention.cu, shape/resize.cu).
 void add_einsum_attention_resize_cases(std::vector<OpCase>& cases) {
   auto eq = [](const char* e) {
     AttributeMap a;
@@ -1038,7 +1038,7 @@ std::vector<OpCase> all_cases() {
   }
   // ConvTranspose: cuDNN writes Y directly (symmetric pads, output_padding < stride) or via the
   // cropped core (asymmetric pads, output_shape, auto_pad, negative begin padding): Note
-  // [ConvTranspose on cuDNN] in backends/cuda/conv.cc.
+  // [ConvTranspose on cuDNN] in backends/cuda/conv/conv.cc.
   {
     auto conv_t = [&](const std::string& name, AttributeMap a, std::vector<Tensor> in, std::vector<bool> init = {}) {
       cases.push_back(OpCase{"ConvTranspose" + name, "ConvTranspose", "", a, std::move(in), std::move(init), 1, 1e-4, 1e-5});
@@ -1254,7 +1254,7 @@ std::vector<OpCase> all_cases() {
 }
 
 // An index outside [-n, n) fails on both backends with the same model error (the GPU kernels
-// report it through a device flag, Note [bad indices on the GPU] in backends/cuda/gather_scatter.cu).
+// report it through a device flag, Note [bad indices on the GPU] in backends/cuda/shape/gather_scatter.cu).
 std::vector<OpCase> bad_index_cases() {
   std::vector<OpCase> cases;
   AttributeMap a1;

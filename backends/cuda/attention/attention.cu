@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "backends/attention_attrs.h"
-#include "backends/cuda/cublas_gemm.h"
+#include "backends/cuda/matmul/cublas_gemm.h"
 #include "backends/cuda/cuda_kernels.cuh"
 
 namespace omt::cuda {

@@ -169,7 +169,7 @@ std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, const std::string& where, D
   OMT_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(plan->conv, static_cast<int>(p.size()), p.data(), s.data(), d.data(),
                                                   CUDNN_CROSS_CORRELATION, dt));
   OMT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, static_cast<int>(group)));
-  // Note [exact float32] in cuda_backend.cc: no TF32 tensor-core math.
+  // Note [exact float32] in backends/cuda/cuda_backend.cc: no TF32 tensor-core math.
   OMT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, CUDNN_FMA_MATH));
 
   const auto none = [&](const char* what) {

@@ -5,7 +5,7 @@
 // and one-sided sums done by the gather; an operand already laid out so, or transposed, is
 // used as it is) and one cuBLAS strided-batched GEMM, the result gathered into output order. int32 and int64 (no cuBLAS GEMM) use one generic kernel, one
 // thread per output element over the summed labels, for up to kMaxOperands operands.
-#include "backends/cuda/cublas_gemm.h"
+#include "backends/cuda/matmul/cublas_gemm.h"
 #include "backends/cuda/cuda_kernels.cuh"
 #include "backends/einsum_plan.h"
 
