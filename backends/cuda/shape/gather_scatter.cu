@@ -22,9 +22,10 @@ namespace {
 // the launch the host downloads the flag and, when it was lowered, that one index (tuple), and
 // raises the CPU's error for it. The smallest position, not the first thread to get there, so
 // with several bad indices the message is the CPU's and the same on every run. The download
-// waits for the stream, as the integer Mod's zero-divisor check in elementwise.cu does; the flag
-// comes from the caching arena, so no step calls cudaMalloc. (Gather in shape.cu and GatherGrad
-// read such indices as zero instead, without a check.)
+// waits for the stream, as the integer Mod's zero-divisor check in
+// backends/cuda/elementwise/elementwise.cu does; the flag comes from the caching arena, so no
+// step calls cudaMalloc. (Gather in shape.cu and GatherGrad read such indices as zero instead,
+// without a check.)
 
 // ================================== kernels ==================================
 
