@@ -321,10 +321,17 @@ bool CudaKernel::wanted(const KernelContext& ctx, int i) const {
   return i >= static_cast<int>(info_.output_used.size()) || info_.output_used[i];
 }
 
-void CudaKernel::unsupported_dtype(DType dtype) const {
-  OMT_FAIL(kUnsupported, info_.where(), ": the CUDA backend has no kernel for dtype ",
-           dtype_name(dtype), "; use --device cpu for this model");
+// The one message for a dtype a CUDA kernel lacks (Note [CUDA dtype dispatch] in cuda_backend.h).
+void throw_unsupported_dtype(const std::string& where, DType dtype) {
+  OMT_FAIL(kUnsupported, where, ": the CUDA backend has no kernel for dtype ", dtype_name(dtype),
+           "; use --device cpu for this model");
 }
+
+void require_float_dtype(DType dtype, const std::string& where) {
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) throw_unsupported_dtype(where, dtype);
+}
+
+void CudaKernel::unsupported_dtype(DType dtype) const { throw_unsupported_dtype(info_.where(), dtype); }
 
 static std::string registry_key(const std::string& domain, const std::string& op_type) {
   return domain.empty() || domain == "ai.onnx" ? op_type : domain + ":" + op_type;

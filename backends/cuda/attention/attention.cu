@@ -126,12 +126,6 @@ __global__ void first_columns_kernel(const T* __restrict__ in, T* __restrict__ o
 
 // ================================== launchers ==================================
 
-void check_dtype(DType d, const std::string& where) {
-  OMT_CHECK(d == DType::kFloat32 || d == DType::kFloat64, kUnsupported, where,
-            ": the CUDA backend runs Attention in float32 and float64 only, got ", dtype_name(d),
-            "; use --device cpu for this model");
-}
-
 // x as contiguous 4-D [B, H, S, D]: itself, or a copy of 3-D [B, S, H * D].
 template <class T>
 Tensor to4d(CudaContext& cu, const Tensor& x, const AttentionDims& d, int64_t H, int64_t S, int64_t D) {
@@ -197,7 +191,7 @@ class AttentionKernel final : public CudaKernel {
     const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2);
     const Tensor *mask = optional_input(ctx, 3), *pk = optional_input(ctx, 4), *pv = optional_input(ctx, 5);
     const AttentionDims d = attention_dims(a_, q, k, v, mask, pk, pv, where());
-    check_dtype(q.dtype(), where());
+    require_float_dtype(q.dtype(), where());
     Tensor& y = ctx.output(0, q.dtype(), d.y());
     Tensor* ok = wanted(ctx, 1) ? &ctx.output(1, q.dtype(), d.kv4(d.Stot, d.D)) : nullptr;
     Tensor* ov = wanted(ctx, 2) ? &ctx.output(2, q.dtype(), d.kv4(d.Stot, d.Dv)) : nullptr;
@@ -235,7 +229,7 @@ class AttentionGradKernel final : public CudaKernel {
     const Tensor &dy = ctx.in(0), &q = ctx.in(1), &k = ctx.in(2), &v = ctx.in(3);
     const Tensor *mask = optional_input(ctx, 4), *pk = optional_input(ctx, 5), *pv = optional_input(ctx, 6);
     const AttentionDims d = attention_dims(a_, q, k, v, mask, pk, pv, where());
-    check_dtype(q.dtype(), where());
+    require_float_dtype(q.dtype(), where());
     OMT_CHECK(dy.shape() == d.y() && dy.dtype() == q.dtype(), kModel, where(), ": AttentionGrad dY ", dy.describe(),
               " does not match Y ", shape_str(d.y()));
     OMT_CHECK(!wanted(ctx, 3) || (mask && !d.mask_bool), kModel, where(),

@@ -17,7 +17,7 @@ constexpr size_t kMaxWorkspace = size_t{1} << 30;  // algorithms needing more ar
 cudnnDataType_t cudnn_dtype(DType d, const std::string& where) {
   if (d == DType::kFloat32) return CUDNN_DATA_FLOAT;
   if (d == DType::kFloat64) return CUDNN_DATA_DOUBLE;
-  OMT_FAIL(kUnsupported, where, ": the CUDA backend has no convolution for dtype ", dtype_name(d));
+  throw_unsupported_dtype(where, d);
 }
 
 // Conv attributes and the geometry they give for one pair of X and W shapes.

@@ -106,7 +106,7 @@ class ActivationGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     OMT_CHECK(dy.dtype() == x.dtype(), kModel, where(), ": the forward value is ", x.describe(),
               ", expected dtype ", dtype_name(dy.dtype()), " like the gradient ", dy.describe());
     OMT_CHECK(dy.shape() == x.shape(), kModel, where(), ": gradient ", dy.describe(),

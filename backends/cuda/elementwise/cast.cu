@@ -21,25 +21,6 @@ __global__ void cast_kernel(const S* __restrict__ x, D* __restrict__ y, int64_t 
 
 // ================================== launchers ==================================
 
-// Calls f(T{}) with T the element type of a plain numeric dtype or bool; false otherwise.
-template <class F>
-bool visit_plain(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    case DType::kBool: return f(bool{});
-    default: return false;
-  }
-}
-
 template <class S, class D>
 void launch_cast(cudaStream_t s, const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
@@ -53,7 +34,11 @@ void launch_cast(cudaStream_t s, const Tensor& x, Tensor& y) {
 void check_castable(const std::string& where, DType from, DType to) {
   OMT_CHECK(to != DType::kString && from != DType::kString, kUnsupported, where,
             ": casting to or from string is not supported (omt tensors hold fixed-size numbers only)");
-  const bool ok = visit_plain(from, [](auto) { return true; }) && visit_plain(to, [](auto) { return true; });
+  // OMT_CUDA_DISPATCH_PLAIN's dtypes: every one but the half types (and string).
+  const auto plain = [](DType d) {
+    return d != DType::kFloat16 && d != DType::kBFloat16 && dtype_size(d) > 0;
+  };
+  const bool ok = plain(from) && plain(to);
   OMT_CHECK(ok, kUnsupported, where, ": the CUDA backend cannot cast ", dtype_name(from), " to ", dtype_name(to),
             " (float16/bfloat16 casts run on the CPU backend); use --device cpu for this model");
 }
@@ -63,13 +48,10 @@ void run_cast(const std::string& where, cudaStream_t s, KernelContext& ctx, DTyp
   check_castable(where, x.dtype(), to);
   if (x.dtype() == to) return ctx.set_output(0, x);
   Tensor& y = ctx.output(0, to, x.shape());
-  visit_plain(x.dtype(), [&](auto stag) {
-    using S = decltype(stag);
-    return visit_plain(to, [&](auto dtag) {
-      using D = decltype(dtag);
-      launch_cast<S, D>(s, x, y);
-      return true;
-    });
+  OMT_CUDA_DISPATCH_PLAIN(x.dtype(), throw_unsupported_dtype(where, x.dtype()), {
+    // T: the source's element type; the inner T (the target's) reaches launch as target_tag.
+    const auto launch = [&](auto target_tag) { launch_cast<T, decltype(target_tag)>(s, x, y); };
+    OMT_CUDA_DISPATCH_PLAIN(to, throw_unsupported_dtype(where, to), launch(T{}));
   });
 }
 

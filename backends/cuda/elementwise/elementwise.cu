@@ -238,36 +238,11 @@ class PowKernel final : public CudaKernel {
  private:
   template <class TB>
   void run_base(const Tensor& a, const Tensor& b, Tensor& y) {
-    switch (b.dtype()) {
-      case DType::kFloat32: launch_binary<TB, float, TB>(stream(), a, b, y, PowF{}, where()); break;
-      case DType::kFloat64: launch_binary<TB, double, TB>(stream(), a, b, y, PowF{}, where()); break;
-      case DType::kInt32: launch_binary<TB, int32_t, TB>(stream(), a, b, y, PowF{}, where()); break;
-      case DType::kInt64: launch_binary<TB, int64_t, TB>(stream(), a, b, y, PowF{}, where()); break;
-      default:
-        OMT_FAIL(kUnsupported, where(), ": the CUDA backend has no Pow kernel for exponent dtype ",
-                 dtype_name(b.dtype()));
-    }
+    // T: the exponent's element type.
+    OMT_CUDA_DISPATCH_NUMERIC(b.dtype(), unsupported_dtype(b.dtype()),
+                              launch_binary<TB, T, TB>(stream(), a, b, y, PowF{}, where()));
   }
 };
-
-// Calls f(T{}) for the numeric dtypes of backends/cpu/elementwise_binary.cc but the half
-// types; false for the others.
-template <class F>
-bool visit_numeric(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kInt16: return f(int16_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kUInt16: return f(uint16_t{});
-    case DType::kUInt32: return f(uint32_t{});
-    case DType::kUInt64: return f(uint64_t{});
-    default: return false;
-  }
-}
 
 // Mod, BitShift and PRelu over every integer width and float32/64, with the CPU kernel's checks.
 enum class IntBinary { kMod, kBitShift, kPRelu };
@@ -298,20 +273,17 @@ class IntegerBinaryKernel final : public CudaKernel {
     if constexpr (kOp == IntBinary::kPRelu)
       OMT_CHECK(out_shape == a.shape(), kModel, where(), ": slope of shape ", shape_str(b.shape()),
                 " does not broadcast to X of shape ", shape_str(a.shape()));
-    const bool done = visit_numeric(dt, [&](auto tag) {
-      using T = decltype(tag);
+    OMT_CUDA_DISPATCH_ALL_NUMERIC(dt, unsupported_dtype(dt), {
       if constexpr (kOp == IntBinary::kBitShift && !std::is_unsigned_v<T>) {
-        return false;
+        unsupported_dtype(dt);
       } else {
         if constexpr (kOp == IntBinary::kMod && std::is_integral_v<T>) check_no_zero<T>(cu_, stream(), b, where());
         Tensor& y = ctx.output(0, dt, out_shape);
         if constexpr (kOp == IntBinary::kMod) launch_binary<T, T, T>(stream(), a, b, y, ModF{fmod_}, where());
         if constexpr (kOp == IntBinary::kBitShift) launch_binary<T, T, T>(stream(), a, b, y, BitShiftF{left_}, where());
         if constexpr (kOp == IntBinary::kPRelu) launch_binary<T, T, T>(stream(), a, b, y, PReluF{}, where());
-        return true;
       }
     });
-    if (!done) unsupported_dtype(dt);
   }
 
  private:

@@ -77,7 +77,7 @@ class PowGradKernel final : public CudaKernel {
     const Tensor& a = ctx.in(1);
     const Tensor& b = ctx.in(2);
     const Tensor& y = ctx.in(3);
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     require_same_dtype(where(), dy, a, "the base");
     require_same_dtype(where(), dy, y, "the output");
     const Shape& out = dy.shape();
@@ -100,20 +100,9 @@ class PowGradKernel final : public CudaKernel {
         pow_grad_kernel<T, E><<<blocks_for(n), kThreads, 0, stream()>>>(
             dy.data<T>(), a.data<T>(), static_cast<const E*>(b.raw()), y.data<T>(), pa, pb, n, ix);
       };
-      // The exponent's own dtype (an integer B never has a dB: require_same_dtype above).
-      switch (b.dtype()) {
-        case DType::kFloat32: launch(float{}); break;
-        case DType::kFloat64: launch(double{}); break;
-        case DType::kInt8: launch(int8_t{}); break;
-        case DType::kInt16: launch(int16_t{}); break;
-        case DType::kInt32: launch(int32_t{}); break;
-        case DType::kInt64: launch(int64_t{}); break;
-        case DType::kUInt8: launch(uint8_t{}); break;
-        case DType::kUInt16: launch(uint16_t{}); break;
-        case DType::kUInt32: launch(uint32_t{}); break;
-        case DType::kUInt64: launch(uint64_t{}); break;
-        default: unsupported_dtype(b.dtype());
-      }
+      // The exponent's own dtype (an integer B never has a dB: require_same_dtype above); the
+      // inner T is the exponent's type, handed to launch as E.
+      OMT_CUDA_DISPATCH_ALL_NUMERIC(b.dtype(), unsupported_dtype(b.dtype()), launch(T{}));
       OMT_CUDA_CHECK_LAUNCH();
     });
   }
@@ -128,7 +117,7 @@ class ExtremumGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& y = ctx.in(1);
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     require_same_dtype(where(), dy, y, "the output");
     const Shape& shape = dy.shape();
     OMT_CHECK(y.shape() == shape, kModel, where(), ": output ", y.describe(), " and its gradient ", dy.describe(),

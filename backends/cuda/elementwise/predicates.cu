@@ -34,7 +34,7 @@ class IsNaNKernel final : public CudaKernel {
     const Tensor& x = ctx.in(0);
     Tensor& y = ctx.output(0, DType::kBool, x.shape());
     const int64_t n = x.numel();
-    if (x.dtype() != DType::kFloat32 && x.dtype() != DType::kFloat64) unsupported_dtype(x.dtype());
+    require_float_dtype(x.dtype(), where());
     if (n == 0) return;
     OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
       is_nan_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(x.data<T>(), y.data<bool>(), n);
@@ -53,7 +53,7 @@ class IsInfKernel final : public CudaKernel {
     const Tensor& x = ctx.in(0);
     Tensor& y = ctx.output(0, DType::kBool, x.shape());
     const int64_t n = x.numel();
-    if (x.dtype() != DType::kFloat32 && x.dtype() != DType::kFloat64) unsupported_dtype(x.dtype());
+    require_float_dtype(x.dtype(), where());
     if (n == 0) return;
     OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), {
       is_inf_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(x.data<T>(), y.data<bool>(), n, positive_, negative_);

@@ -124,16 +124,10 @@ class UnaryKernel final : public CudaKernel {
     Tensor& y = ctx.output(0, x.dtype(), x.shape());
     const int64_t n = x.numel();
     if (n == 0) return;
-    switch (x.dtype()) {
-      case DType::kFloat32: run<float>(x, y, n); break;
-      case DType::kFloat64: run<double>(x, y, n); break;
-      case DType::kInt32:
-        if constexpr (kTypes == kNumeric) { run<int32_t>(x, y, n); break; }
-        unsupported_dtype(x.dtype());
-      case DType::kInt64:
-        if constexpr (kTypes == kNumeric) { run<int64_t>(x, y, n); break; }
-        unsupported_dtype(x.dtype());
-      default: unsupported_dtype(x.dtype());
+    if constexpr (kTypes == kNumeric) {
+      OMT_CUDA_DISPATCH_NUMERIC(x.dtype(), unsupported_dtype(x.dtype()), run<T>(x, y, n));
+    } else {
+      OMT_CUDA_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(x.dtype()), run<T>(x, y, n));
     }
   }
 

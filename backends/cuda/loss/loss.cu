@@ -356,7 +356,7 @@ class NegativeLogLikelihoodLossGradKernel final : public CudaKernel {
     OMT_CHECK(dy.numel() == (spec_.reduction == Reduction::kNone ? dm.positions() : 1), kModel, where(), ": dY ",
               dy.describe(), " does not match the loss");
     Tensor& dx = ctx.output(0, dy.dtype(), xs);
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     cu_.fill_zero(dx);
     if (dm.positions() == 0 || dm.c == 0) return;
     Tensor wsum = cu_.allocate(DType::kFloat64, {1});

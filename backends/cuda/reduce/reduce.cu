@@ -185,7 +185,7 @@ void launch_sum_to_shape(cudaStream_t stream, const Tensor& g, Tensor& out, cons
     const bool in_target = i >= gr - tr;
     reduce[i] = !in_target || (out.shape()[i - (gr - tr)] == 1 && g.shape()[i] != 1);
   }
-  OMT_CUDA_DISPATCH_FLOAT(g.dtype(), OMT_FAIL(kUnsupported, where, ": SumToShape on CUDA needs float, got ", g.describe()),
+  OMT_CUDA_DISPATCH_FLOAT(g.dtype(), throw_unsupported_dtype(where, g.dtype()),
                           launch_reduce<T, ROp::kSum>(stream, g, out, reduce, where));
 }
 

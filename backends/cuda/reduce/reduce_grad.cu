@@ -136,7 +136,7 @@ class ReduceGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     std::vector<int64_t> axes = axes_;
     if (const Tensor* t = optional_input(ctx, kAxesInput)) axes = t->to_int64_vector();
     const int64_t r = x.rank();

@@ -59,11 +59,6 @@ int64_t product(const Shape& s, size_t begin, size_t end) {
   return p;
 }
 
-void require_float(const std::string& where, const Tensor& t) {
-  OMT_CHECK(t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64, kUnsupported, where,
-            ": the CUDA backend has this gradient for float32/float64 only, got ", t.describe());
-}
-
 // ================================== op kernels ==================================
 
 // ReduceSumGrad / ReduceMeanGrad(dY, X, axes?) with the forward's keepdims,
@@ -83,7 +78,7 @@ class ReduceGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    require_float(where(), dy);
+    require_float_dtype(dy.dtype(), where());
     std::vector<int64_t> axes = axes_;
     if (const Tensor* t = optional_input(ctx, 2)) axes = t->to_int64_vector();
     const int64_t r = x.rank();
@@ -130,7 +125,7 @@ class SliceGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    require_float(where(), dy);
+    require_float_dtype(dy.dtype(), where());
     const int64_t r = x.rank();
     const std::vector<int64_t> starts = ctx.in(2).to_int64_vector();
     const std::vector<int64_t> ends = ctx.in(3).to_int64_vector();
@@ -199,7 +194,7 @@ class GatherGradKernel final : public CudaKernel {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
     const Tensor& ind = ctx.in(2);
-    require_float(where(), dy);
+    require_float_dtype(dy.dtype(), where());
     OMT_CHECK(x.rank() >= 1, kModel, where(), ": input ", x.describe(), " must have rank >= 1");
     OMT_CHECK(ind.dtype() == DType::kInt64 || ind.dtype() == DType::kInt32, kModel, where(),
               ": indices must be int32 or int64, got ", ind.describe());

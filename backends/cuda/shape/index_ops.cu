@@ -186,26 +186,14 @@ class OneHotKernel final : public CudaKernel {
       std::memcpy(&off, values.raw(), sizeof(T));
       std::memcpy(&on, static_cast<const char*>(values.raw()) + sizeof(T), sizeof(T));
       T* yp = static_cast<T*>(y.raw());
-      switch (ind.dtype()) {
-        case DType::kInt64:
-          one_hot_kernel<T, int64_t><<<blocks_for(total), kThreads, 0, stream()>>>(ind.data<int64_t>(), yp, total,
-                                                                                   depth, inner, off, on);
-          break;
-        case DType::kInt32:
-          one_hot_kernel<T, int32_t><<<blocks_for(total), kThreads, 0, stream()>>>(ind.data<int32_t>(), yp, total,
-                                                                                   depth, inner, off, on);
-          break;
-        case DType::kFloat32:
-          one_hot_kernel<T, float><<<blocks_for(total), kThreads, 0, stream()>>>(ind.data<float>(), yp, total, depth,
-                                                                                 inner, off, on);
-          break;
-        case DType::kFloat64:
-          one_hot_kernel<T, double><<<blocks_for(total), kThreads, 0, stream()>>>(ind.data<double>(), yp, total,
-                                                                                  depth, inner, off, on);
-          break;
-        default:
-          unsupported_dtype(ind.dtype());
-      }
+      const auto launch = [&](auto index_tag) {
+        using I = decltype(index_tag);
+        one_hot_kernel<T, I><<<blocks_for(total), kThreads, 0, stream()>>>(ind.data<I>(), yp, total, depth, inner,
+                                                                           off, on);
+      };
+      // The indices' dtype (int32, int64, float32 or float64); the inner T is theirs, handed to
+      // launch as I.
+      OMT_CUDA_DISPATCH_NUMERIC(ind.dtype(), unsupported_dtype(ind.dtype()), launch(T{}));
       OMT_CUDA_CHECK_LAUNCH();
     });
   }

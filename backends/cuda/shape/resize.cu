@@ -66,12 +66,6 @@ __global__ void outside_kernel(T* __restrict__ y, const uint8_t* __restrict__ fl
 
 // ================================== launchers ==================================
 
-void check_dtype(DType d, const std::string& where) {
-  OMT_CHECK(d == DType::kFloat32 || d == DType::kFloat64, kUnsupported, where,
-            ": the CUDA backend runs Resize in float32 and float64 only, got ", dtype_name(d),
-            "; use --device cpu for this model");
-}
-
 // One axis's taps in device memory.
 struct DeviceTaps {
   Tensor index, weight;
@@ -176,7 +170,7 @@ class ResizeKernel final : public CudaKernel {
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
-    check_dtype(x.dtype(), where());
+    require_float_dtype(x.dtype(), where());
     const ResizePlan p = make_resize_plan(a_, x.shape(), optional_input(ctx, 1), optional_input(ctx, 2),
                                           optional_input(ctx, 3), where());
     Tensor& y = ctx.output(0, x.dtype(), p.out_shape);
@@ -200,7 +194,7 @@ class ResizeGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    check_dtype(dy.dtype(), where());
+    require_float_dtype(dy.dtype(), where());
     const ResizePlan p = make_resize_plan(a_, x.shape(), optional_input(ctx, 2), optional_input(ctx, 3),
                                           optional_input(ctx, 4), where());
     OMT_CHECK(dy.shape() == p.out_shape, kModel, where(), ": ResizeGrad dY ", dy.describe(),

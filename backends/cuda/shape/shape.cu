@@ -47,7 +47,7 @@ void launch_strided_gather(cudaStream_t s, const Tensor& x, Tensor& y, const std
   const int64_t n = y.numel();
   if (n == 0) return;
   const BroadcastIndexer<1> ix = make_strided_indexer<1>(y.shape(), {in_strides}, where);
-  OMT_CUDA_DISPATCH_WIDTH(x.dtype(), OMT_FAIL(kUnsupported, where, ": dtype ", dtype_name(x.dtype())), {
+  OMT_CUDA_DISPATCH_WIDTH(x.dtype(), throw_unsupported_dtype(where, x.dtype()), {
     strided_gather_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x.raw()),
                                                                 static_cast<T*>(y.raw()), n, ix, base);
     OMT_CUDA_CHECK_LAUNCH();

@@ -200,7 +200,7 @@ class TileGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Shape& xs = ctx.in(1).shape();
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     const int64_t r = static_cast<int64_t>(xs.size());
     OMT_CHECK(dy.rank() == r, kModel, where(), ": gradient ", dy.describe(),
               " has another rank than the input shape ", shape_str(xs));
@@ -305,7 +305,7 @@ class PadGradKernel final : public CudaKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
     const Tensor& x = ctx.in(1);
-    if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64) unsupported_dtype(dy.dtype());
+    require_float_dtype(dy.dtype(), where());
     const int64_t r = x.rank();
     const std::vector<int64_t> pads = ctx.in(2).to_int64_vector();
     std::vector<int64_t> begin, end;

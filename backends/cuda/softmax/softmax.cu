@@ -51,8 +51,7 @@ AxisView axis_view(const Shape& shape, int64_t axis_attr, const std::string& whe
 cudnnDataType_t softmax_dtype(DType d, const std::string& where) {
   if (d == DType::kFloat32) return CUDNN_DATA_FLOAT;
   if (d == DType::kFloat64) return CUDNN_DATA_DOUBLE;
-  OMT_FAIL(kUnsupported, where, ": the CUDA backend has no softmax for dtype ", dtype_name(d),
-           "; use --device cpu for this model");
+  throw_unsupported_dtype(where, d);
 }
 
 // alpha = 1, beta = 0 in the scaling type cuDNN expects for the tensor's dtype.
