@@ -75,7 +75,8 @@ void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int
           ? "cuDNN has no algorithm for this configuration (dtype, layout, padding); try --device cpu"
           : st == CUDNN_STATUS_ALLOC_FAILED
                 ? "the GPU is out of memory: reduce --global-batch"
-                : "check that libcudnn matches the toolkit the build used (shared/device/collect-libs.sh)";
+                : "check that the libcudnn loaded at run time (ldd libonnx_mirror.so) is the one the "
+                  "build linked";
   throw Error(st == CUDNN_STATUS_NOT_SUPPORTED ? ErrorKind::kUnsupported : ErrorKind::kInternal,
               str_cat("cuDNN error ", cudnnGetErrorString(st), " in ", call, " at ", file, ":", line,
                       ". Hint: ", hint, "."));
@@ -193,7 +194,7 @@ CudaContext::CudaContext(int device) : device_(device), arena_(device) {
   const int count = require_devices();
   OMT_CHECK(device >= 0 && device < count, kInvalidArgument, "CUDA device ", device,
             " does not exist: this machine has ", count, " (indices 0..", count - 1,
-            "). Pass a smaller --device-index or fewer --replicas.");
+            "). Pass a device index below ", count, " (LoadOptions::device_index) or fewer --replicas.");
   OMT_CUDA_CHECK(cudaSetDevice(device));
   OMT_CUDA_CHECK(cudaGetDeviceProperties(&props_, device));
   OMT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
