@@ -1,6 +1,8 @@
 // For implementers of CUDA kernels: the check macros, the per-replica CudaContext (device,
 // compute stream, cuBLAS/cuDNN handles, caching device arena, pinned staging), the CUDA
-// kernel registry and OMT_REGISTER_CUDA_KERNEL. Invariant: a CudaKernel only ever sees
+// kernel registry and OMT_REGISTER_CUDA_KERNEL, and the dtype dispatch every kernel uses (Note
+// [CUDA dtype dispatch]). The kernels live one folder per op family below this one
+// (elementwise/, conv/, ...). Invariant: a CudaKernel only ever sees
 // device tensors for the inputs it declares kDevice and device memory from ctx.output();
 // Note [staging adapter] in cuda_backend.cc moves host values in and out around it.
 #pragma once
@@ -178,7 +180,7 @@ class CudaKernel {
 
 using CudaKernelFactory = std::function<std::unique_ptr<CudaKernel>(const KernelInfo&, CudaContext&)>;
 
-// The CUDA kernel registry, filled by the static registrars of this folder's files.
+// The CUDA kernel registry, filled by the static registrars of the family folders' files.
 class CudaKernelRegistry {
  public:
   void add(const std::string& domain, const std::string& op_type, CudaKernelFactory factory);
