@@ -75,7 +75,8 @@ void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int
           ? "cuDNN has no algorithm for this configuration (dtype, layout, padding); try --device cpu"
           : st == CUDNN_STATUS_ALLOC_FAILED
                 ? "the GPU is out of memory: reduce --global-batch"
-                : "check that libcudnn matches the toolkit the build used (shared/device/collect-libs.sh)";
+                : "check that the libcudnn loaded at run time (ldd libonnx_mirror.so) is the one the "
+                  "build linked";
   throw Error(st == CUDNN_STATUS_NOT_SUPPORTED ? ErrorKind::kUnsupported : ErrorKind::kInternal,
               str_cat("cuDNN error ", cudnnGetErrorString(st), " in ", call, " at ", file, ":", line,
                       ". Hint: ", hint, "."));
@@ -193,7 +194,7 @@ CudaContext::CudaContext(int device) : device_(device), arena_(device) {
   const int count = require_devices();
   OMT_CHECK(device >= 0 && device < count, kInvalidArgument, "CUDA device ", device,
             " does not exist: this machine has ", count, " (indices 0..", count - 1,
-            "). Pass a smaller --device-index or fewer --replicas.");
+            "). Pass a device index below ", count, " (LoadOptions::device_index) or fewer --replicas.");
   OMT_CUDA_CHECK(cudaSetDevice(device));
   OMT_CUDA_CHECK(cudaGetDeviceProperties(&props_, device));
   OMT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -321,10 +322,17 @@ bool CudaKernel::wanted(const KernelContext& ctx, int i) const {
   return i >= static_cast<int>(info_.output_used.size()) || info_.output_used[i];
 }
 
-void CudaKernel::unsupported_dtype(DType dtype) const {
-  OMT_FAIL(kUnsupported, info_.where(), ": the CUDA backend has no kernel for dtype ",
-           dtype_name(dtype), "; use --device cpu for this model");
+// The one message for a dtype a CUDA kernel lacks (Note [CUDA dtype dispatch] in cuda_backend.h).
+void throw_unsupported_dtype(const std::string& where, DType dtype) {
+  OMT_FAIL(kUnsupported, where, ": the CUDA backend has no kernel for dtype ", dtype_name(dtype),
+           "; use --device cpu for this model");
 }
+
+void require_float_dtype(DType dtype, const std::string& where) {
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) throw_unsupported_dtype(where, dtype);
+}
+
+void CudaKernel::unsupported_dtype(DType dtype) const { throw_unsupported_dtype(info_.where(), dtype); }
 
 static std::string registry_key(const std::string& domain, const std::string& op_type) {
   return domain.empty() || domain == "ai.onnx" ? op_type : domain + ":" + op_type;

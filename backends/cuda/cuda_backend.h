@@ -1,6 +1,8 @@
 // For implementers of CUDA kernels: the check macros, the per-replica CudaContext (device,
 // compute stream, cuBLAS/cuDNN handles, caching device arena, pinned staging), the CUDA
-// kernel registry and OMT_REGISTER_CUDA_KERNEL. Invariant: a CudaKernel only ever sees
+// kernel registry and OMT_REGISTER_CUDA_KERNEL, and the dtype dispatch every kernel uses (Note
+// [CUDA dtype dispatch]). The kernels live one folder per op family below this one
+// (elementwise/, conv/, ...). Invariant: a CudaKernel only ever sees
 // device tensors for the inputs it declares kDevice and device memory from ctx.output();
 // Note [staging adapter] in cuda_backend.cc moves host values in and out around it.
 #pragma once
@@ -178,7 +180,7 @@ class CudaKernel {
 
 using CudaKernelFactory = std::function<std::unique_ptr<CudaKernel>(const KernelInfo&, CudaContext&)>;
 
-// The CUDA kernel registry, filled by the static registrars of this folder's files.
+// The CUDA kernel registry, filled by the static registrars of the family folders' files.
 class CudaKernelRegistry {
  public:
   void add(const std::string& domain, const std::string& op_type, CudaKernelFactory factory);
@@ -218,9 +220,25 @@ const Tensor* optional_input(const KernelContext& ctx, int i);
 // Largest rank the hand-written kernels index (broadcasting, transpose, reductions).
 constexpr int kMaxDims = 8;
 
+// ---- dtype dispatch ----------------------------------------------------------------------------
+
+// Note [CUDA dtype dispatch]
+// Every CUDA kernel picks its element type with one OMT_CUDA_DISPATCH_<SET>(dtype,
+// on_unsupported, body) below: the body runs with `T` bound to the C++ type of `dtype`, any
+// other dtype runs on_unsupported, which is CudaKernel::unsupported_dtype(dtype) in a kernel and
+// throw_unsupported_dtype(where, dtype) in a free launcher: one kUnsupported message naming the
+// node and its op, the dtype and the way out (--device cpu). The sets: FLOAT (float32, float64),
+// NUMERIC (FLOAT + int32, int64), ALL_NUMERIC (NUMERIC + the other integer widths), PLAIN
+// (ALL_NUMERIC + bool) and WIDTH (by element size, for data movement: T is the unsigned integer
+// of that size). A body that needs a second element type (Pow's exponent, Cast's target,
+// OneHot's indices) dispatches it inside, handing the inner T to a generic lambda written in the
+// outer body. A check made before any work is require_float_dtype, with the same message.
+[[noreturn]] void throw_unsupported_dtype(const std::string& where, DType dtype);
+// throw_unsupported_dtype unless dtype is float32 or float64.
+void require_float_dtype(DType dtype, const std::string& where);
+
 }  // namespace omt::cuda
 
-// Dtype dispatch for CUDA kernels: runs the body with `T` bound to the element type.
 #define OMT_CUDA_DISPATCH_CASE(D, CT, ...) \
   case ::omt::DType::D: {                  \
     using T = CT;                          \
@@ -242,7 +260,7 @@ constexpr int kMaxDims = 8;
     default: on_unsupported;                                  \
   }
 // Every numeric dtype the CPU's OMT_DISPATCH_NUMERIC covers (ScatterElements' add and mul, which
-// run element by element without atomics).
+// run element by element without atomics; Mod, BitShift, PRelu; PowGrad's exponent).
 #define OMT_CUDA_DISPATCH_ALL_NUMERIC(dtype, on_unsupported, ...) \
   switch (dtype) {                                               \
     OMT_CUDA_DISPATCH_CASE(kFloat32, float, __VA_ARGS__)         \
@@ -256,6 +274,22 @@ constexpr int kMaxDims = 8;
     OMT_CUDA_DISPATCH_CASE(kUInt32, uint32_t, __VA_ARGS__)       \
     OMT_CUDA_DISPATCH_CASE(kUInt64, uint64_t, __VA_ARGS__)       \
     default: on_unsupported;                                     \
+  }
+// ALL_NUMERIC and bool (Cast, CastLike).
+#define OMT_CUDA_DISPATCH_PLAIN(dtype, on_unsupported, ...)   \
+  switch (dtype) {                                            \
+    OMT_CUDA_DISPATCH_CASE(kFloat32, float, __VA_ARGS__)      \
+    OMT_CUDA_DISPATCH_CASE(kFloat64, double, __VA_ARGS__)     \
+    OMT_CUDA_DISPATCH_CASE(kInt32, int32_t, __VA_ARGS__)      \
+    OMT_CUDA_DISPATCH_CASE(kInt64, int64_t, __VA_ARGS__)      \
+    OMT_CUDA_DISPATCH_CASE(kInt8, int8_t, __VA_ARGS__)        \
+    OMT_CUDA_DISPATCH_CASE(kInt16, int16_t, __VA_ARGS__)      \
+    OMT_CUDA_DISPATCH_CASE(kUInt8, uint8_t, __VA_ARGS__)      \
+    OMT_CUDA_DISPATCH_CASE(kUInt16, uint16_t, __VA_ARGS__)    \
+    OMT_CUDA_DISPATCH_CASE(kUInt32, uint32_t, __VA_ARGS__)    \
+    OMT_CUDA_DISPATCH_CASE(kUInt64, uint64_t, __VA_ARGS__)    \
+    OMT_CUDA_DISPATCH_CASE(kBool, bool, __VA_ARGS__)          \
+    default: on_unsupported;                                  \
   }
 // Data movement by element width (Transpose, Concat, Gather ...).
 #define OMT_CUDA_DISPATCH_WIDTH(dtype, on_unsupported, ...)   \

@@ -10,11 +10,11 @@
 
 namespace omt::cuda {
 
-// dst = src broadcast (numpy rules) to dst's shape; same dtype width. In shape.cu.
+// dst = src broadcast (numpy rules) to dst's shape; same dtype width. In shape/shape.cu.
 void launch_broadcast_copy(cudaStream_t stream, const Tensor& src, Tensor& dst, const std::string& where);
 
 // out = g summed over the dimensions in which out's shape (right-aligned, dims of size 1 or
-// missing) is broadcast to g's shape; float32/float64. In reduce.cu.
+// missing) is broadcast to g's shape; float32/float64. In reduce/reduce.cu.
 void launch_sum_to_shape(cudaStream_t stream, const Tensor& g, Tensor& out, const std::string& where);
 
 }  // namespace omt::cuda

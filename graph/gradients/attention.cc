@@ -1,5 +1,5 @@
 // Gradient of Attention (opset 23): one fused com.onnx-mirror:AttentionGrad node (kernels in
-// backends/cpu/attention/attention.cc and backends/cuda/attention.cu) that recomputes the probabilities
+// backends/cpu/attention/attention.cc and backends/cuda/attention/attention.cu) that recomputes the probabilities
 // from Q and K rather than keeping a [B, H, Sq, Stot] tensor alive from forward to backward,
 // and keeps the 3-D/4-D layouts, GQA, the KV cache, masks and causality in the one place the
 // forward reads them (backends/attention_attrs.h) instead of a graph of Reshape, Transpose,

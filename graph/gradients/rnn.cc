@@ -2,7 +2,7 @@
 // com.onnx-mirror:<Op>Grad node that recomputes the forward pass. Inputs: the forward inputs
 // (absent ones as "") then the output gradients (dY, dY_h[, dY_c], "" when nothing reads that
 // output); outputs dX, dW, dR, dB, d_initial_h[, d_initial_c, dP] (kernels:
-// backends/cpu/rnn/grad.cc, backends/cuda/rnn.cu).
+// backends/cpu/rnn/grad.cc, backends/cuda/rnn/rnn_grad.cu).
 #include <cctype>
 
 #include "graph/gradient.h"

@@ -1,7 +1,8 @@
 // End to end on one GPU through the runtime and the embedding API (Note [Where values live]):
 // the single-replica Trainer trains models/cnn.onnx for 3 SGD steps on "cuda" as on the CPU,
 // Predictor and Model::predict on "cuda" return host tensors that match the CPU's, and the
-// API's device Trainer writes each step into the model's parameters. Skips without a GPU.
+// API's device Trainer writes each step, and fit, into the model's parameters. Skips without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -117,16 +118,23 @@ TEST(CudaEndToEnd, ApiPredictsAndStepsOnTheGpu) {
   ASSERT_EQ(g_gpu.gradients.size(), g_cpu.gradients.size());
   for (size_t i = 0; i < g_cpu.gradients.size(); ++i)
     EXPECT_TRUE(close(g_gpu.gradients[i].second, g_cpu.gradients[i].second)) << g_cpu.gradients[i].first;
-  // Not yet on a GPU: the data-parallel loop.
+  // fit drives the same trainer (its one-replica GPU case, runtime/device_replicas.cc) and
+  // continues the steps' optimizer state, as on the CPU: same data order, same parameters.
   onnx_mirror::Dataset data;
   data.features = px;
   data.labels = py;
-  try {
-    gpu_trainer.fit(data, nullptr, onnx_mirror::FitConfig{});
-    FAIL() << "fit ran on cuda";
-  } catch (const onnx_mirror::Error& e) {
-    EXPECT_EQ(e.kind(), onnx_mirror::ErrorKind::kUnsupported);
-  }
+  onnx_mirror::FitConfig config;
+  config.batch = 8;
+  const onnx_mirror::FitReport fit_cpu = cpu_trainer.fit(data, nullptr, config);
+  const onnx_mirror::FitReport fit_gpu = gpu_trainer.fit(data, nullptr, config);
+  EXPECT_GT(fit_gpu.steps_done, 0);
+  EXPECT_EQ(fit_gpu.steps_done, fit_cpu.steps_done);
+  ASSERT_EQ(fit_gpu.epochs.size(), 1u);
+  ASSERT_EQ(fit_cpu.epochs.size(), 1u);
+  const double want = fit_cpu.epochs[0].train_loss;
+  EXPECT_NEAR(fit_gpu.epochs[0].train_loss, want, 1e-4 + 1e-4 * std::fabs(want));
+  for (const auto& name : cpu_model.parameter_names())
+    EXPECT_TRUE(close(gpu_model.parameter(name), cpu_model.parameter(name))) << name << " after fit";
 }
 
 }  // namespace
