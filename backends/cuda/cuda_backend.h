@@ -161,7 +161,7 @@ class CudaKernel {
   virtual void compute(KernelContext& ctx) = 0;
   virtual InputPlace input_place(int /*i*/) const { return InputPlace::kDevice; }
   // True for kernels that update an input in place and hand it back with set_output (the
-  // optimizers, Note [in place] in backends/cpu/optimizers_torch.cc).
+  // optimizers, Note [in place] in backends/cpu/optimizers/optimizers_torch.cc).
   virtual bool updates_inputs_in_place() const { return false; }
 
  protected:

@@ -1,5 +1,5 @@
 // Attention (opset 23) and com.onnx-mirror:AttentionGrad on the GPU, float32 and float64,
-// semantics as backends/cpu/attention.cc (layouts, GQA, cache and masks read by
+// semantics as backends/cpu/attention/attention.cc (layouts, GQA, cache and masks read by
 // backends/attention_attrs.h). Every product is one cuBLAS strided-batched GEMM over the
 // B * Hkv (batch, KV head) groups: a group's Hq / Hkv query heads are contiguous in
 // [B, Hq, Sq, D], so its rows [g * Sq, D] meet one K head, and dV / dK sum over the group

@@ -1,4 +1,4 @@
-// Ops that make a tensor from attributes or shapes, on the GPU, as backends/cpu/constants.cc:
+// Ops that make a tensor from attributes or shapes, on the GPU, as backends/cpu/constants/constants.cc:
 // ConstantOfShape (a fill), Range (start + i * delta, rounded as the CPU rounds: no fused
 // multiply-add) and EyeLike (zeros with ones on diagonal k). The scalars and shapes are read
 // on the host; the output is written on the device.

@@ -229,7 +229,7 @@ struct Scale {
 };
 
 // Conv, and com.onnx-mirror:FusedConv with activation "Relu" (graph/fusion.h): the Relu runs
-// in place on cuDNN's output after the bias, as backends/cpu/conv.cc applies it after its
+// in place on cuDNN's output after the bias, as backends/cpu/conv/forward.cc applies it after its
 // convolution.
 class ConvKernel final : public CudaKernel {
  public:
@@ -357,7 +357,7 @@ int64_t floor_div(int64_t a, int64_t b) {
 // Note [ConvTranspose on cuDNN]
 // cudnnConvolutionBackwardData of a convolution with stride s, dilation d and symmetric pad p
 // is a transposed convolution whose output position j reads the un-padded result at j + p. As
-// backends/cpu/conv.cc computes it, ConvTranspose's output is that un-padded result ("core",
+// backends/cpu/conv/forward.cc computes it, ConvTranspose's output is that un-padded result ("core",
 // s*(in-1) + (k-1)*d + 1 long per spatial dim) read from a begin padding pb on, zero outside
 // it, plus the bias. When pb >= 0 and the convolution with p = pb maps an output of the
 // requested size back to the input's size (symmetric pads, output_padding < stride), cuDNN
@@ -440,7 +440,7 @@ class ConvTransposeKernel final : public CudaKernel {
     }
   };
 
-  // The output geometry, exactly as backends/cpu/conv.cc's ConvTransposeKernel resolves it.
+  // The output geometry, exactly as backends/cpu/conv/forward.cc's ConvTransposeKernel resolves it.
   TransposeGeometry geometry(const Tensor& x, const Tensor& w) const {
     const size_t nsp = static_cast<size_t>(x.rank() - 2);
     const Shape ws(w.shape().begin() + 2, w.shape().end());

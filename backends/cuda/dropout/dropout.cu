@@ -1,5 +1,5 @@
 // Dropout (opset 13) and DropoutGrad on the GPU, training/inference decided as in
-// backends/cpu/dropout.cc and grad_nn.cc: identity (and an all-true mask) in inference or with
+// backends/cpu/dropout/dropout.cc: identity (and an all-true mask) in inference or with
 // ratio 0; in training each element is dropped with probability `ratio` and survivors are
 // scaled by 1/(1-ratio). Note [CUDA dropout RNG]: uniforms come from counter-based Philox
 // (curand), key = the `seed` attribute (default 0), subsequence = the element's group of four,

@@ -1,6 +1,6 @@
 // ActivationGrad(dY, X) on the GPU (com.onnx-mirror): dX = dY * f'(X) for the forward op named
 // by attribute `op`, with PyTorch's derivative at the kinks; one thread per element, float32/64.
-// Semantics, attributes and checks follow ActivationGradKernel in backends/cpu/grad_elementwise.cc.
+// Semantics, attributes and checks follow ActivationGradKernel in backends/cpu/elementwise/grad.cc.
 #include <string>
 #include <utility>
 

@@ -1,5 +1,5 @@
 // Cast and CastLike on the GPU between the plain numeric dtypes (float32/64, int8..int64,
-// uint8..uint64) and bool, one thread per element, semantics as backends/cpu/cast.cc: bool is
+// uint8..uint64) and bool, one thread per element, semantics as backends/cpu/elementwise/cast.cc: bool is
 // x != 0, other conversions are C++ static_casts. float16/bfloat16 (and strings) are a clear
 // kUnsupported here; the CPU backend has them. A cast to the same dtype aliases its input.
 #include <type_traits>

@@ -1,4 +1,4 @@
-// Gradients of broadcasting elementwise ops on the GPU, as backends/cpu/grad_elementwise.cc:
+// Gradients of broadcasting elementwise ops on the GPU, as backends/cpu/elementwise/grad.cc:
 // com.onnx-mirror:PowGrad (dA, dB of Pow with PyTorch's values at the singular points; any
 // numeric exponent dtype) and ExtremumGrad (variadic Max/Min: inputs equal to Y share dY
 // equally). Outputs have dY's shape; inputs are read broadcast to it. float32/float64.

@@ -1,6 +1,6 @@
 // Gelu (approximate "none" | "tanh") and Mish on the GPU, forward and backward side by side:
 // com.onnx-mirror:GeluGrad(dY, X) and MishGrad(dY, X) give dX = dY * f'(X). One thread per
-// element, float32/float64; formulas, attributes and checks as backends/cpu/gelu_mish.cc.
+// element, float32/float64; formulas, attributes and checks as backends/cpu/elementwise/gelu_mish.cc.
 #include <string>
 
 #include "backends/cuda/cuda_kernels.cuh"

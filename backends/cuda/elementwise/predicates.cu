@@ -1,4 +1,4 @@
-// Boolean-valued unary ops on the GPU, as backends/cpu/elementwise_unary.cc: IsNaN and IsInf
+// Boolean-valued unary ops on the GPU, as backends/cpu/elementwise/unary.cc: IsNaN and IsInf
 // (float32/float64 in; detect_positive / detect_negative) and Not (bool in). One thread per
 // element.
 #include <limits>

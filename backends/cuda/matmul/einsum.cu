@@ -1,4 +1,4 @@
-// Einsum on the GPU, semantics as backends/cpu/einsum.cc (equation and shapes bound by
+// Einsum on the GPU, semantics as backends/cpu/matmul/einsum.cc (equation and shapes bound by
 // backends/einsum_plan.h: diagonals, ellipsis broadcasting, summed labels). float32 and
 // float64 take the CPU's route: operands contracted pairwise left to right, each pair as a
 // strided gather of both sides into [batch, m, k] / [batch, k, n] (diagonals, broadcasting
@@ -148,7 +148,7 @@ std::vector<int> cat(std::vector<int> x, const std::vector<int>& y, const std::v
   return x;
 }
 
-// Pairwise contraction with cuBLAS, as run_einsum in backends/cpu/einsum.cc.
+// Pairwise contraction with cuBLAS, as run_einsum in backends/cpu/matmul/einsum.cc.
 template <class T>
 void einsum_gemm(CudaContext& cu, const EinsumPlan& plan, const std::vector<const Tensor*>& xs, Tensor& y,
                  const std::string& where) {

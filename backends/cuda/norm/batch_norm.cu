@@ -1,5 +1,5 @@
 // Batch and instance normalisation on the GPU, forward and backward side by side, with the
-// formulas of backends/cpu/normalization.cc and grad_norm.cc: BatchNormalization (inference,
+// formulas of backends/cpu/norm/forward.cc and grad_norm.cc: BatchNormalization (inference,
 // and training_mode with running statistics), onnx-mirror's BatchNormTraining (PyTorch's
 // running-stat update: unbiased variance, ONNX momentum), BatchNormTrainingGrad,
 // BatchNormInferenceGrad and InstanceNormalization. Hand-written rather than cuDNN so the

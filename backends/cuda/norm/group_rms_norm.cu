@@ -1,7 +1,7 @@
 // GroupNormalization (opset 21), RMSNormalization (opset 23) and their backward ops
 // com.onnx-mirror:GroupNormalizationGrad (also InstanceNormalization's, one group per channel)
 // and RMSNormalizationGrad on the GPU, with the formulas, roundings and checks of
-// backends/cpu/group_rms_norm.cc: one block per group or row, sums in double, statistics
+// backends/cpu/norm/group_rms_norm.cc: one block per group or row, sums in double, statistics
 // rounded to float first for stash_type float32 and applied in T; per-channel and per-column
 // sums for dScale and dB in double, one thread per channel or column.
 #include <algorithm>

@@ -1,5 +1,5 @@
 // LayerNormalization on the GPU (+ Mean/InvStdDev, stash_type) and its LayerNormalizationGrad,
-// side by side, with the formulas of backends/cpu/normalization.cc and grad_norm.cc: one block
+// side by side, with the formulas of backends/cpu/norm/forward.cc and grad_norm.cc: one block
 // per row, sums in double, two passes (mean, then squared deviations; norm_stats.cuh).
 // Batch and instance normalisation are in batch_norm.cu.
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Block statistics shared by the batch-, instance- and layer-normalisation kernels
 // (batch_norm.cu, layer_norm.cu): sums in double over one block, two-pass mean and biased
-// variance, as backends/cpu/normalization.cc computes them. Included only by this folder's
+// variance, as backends/cpu/norm/forward.cc computes them. Included only by this folder's
 // .cu files; each gets its own copy (anonymous namespace), as when they were one file.
 #pragma once
 

@@ -1,9 +1,9 @@
 // Optimizers on the GPU. com.onnx-mirror:SGD and com.onnx-mirror:Adam follow torch.optim's
-// formulas, as backends/cpu/optimizers_torch.cc (SGD: momentum, dampening, Nesterov, weight
+// formulas, as backends/cpu/optimizers/optimizers_torch.cc (SGD: momentum, dampening, Nesterov, weight
 // decay; Adam and, with decoupled=1, AdamW): lr and step are host scalars; param and state are
 // updated in place and handed back (Note [in place] in the CPU file); plan constants get fresh
 // memory. ai.onnx.preview.training:Momentum, Adam and Adagrad follow the ONNX pseudo code, as
-// backends/cpu/optimizers.cc: R and T are host scalars, every tensor group [X.., G.., states..]
+// backends/cpu/optimizers/optimizers.cc: R and T are host scalars, every tensor group [X.., G.., states..]
 // is updated into the node's outputs (which may alias the inputs: each thread reads its
 // element before writing it), one launch per optimized tensor.
 #include <cmath>
@@ -235,7 +235,7 @@ class AdamKernel final : public OptimizerKernel {
 // ---- ai.onnx.preview.training ----------------------------------------------------------------
 
 // Inputs [R, T, X_1..X_n, G_1..G_n, <state_1..state_n>...] with `groups` groups (X, G and the
-// states); outputs [X_new.., <new state>...]. Checks as backends/cpu/optimizers.cc.
+// states); outputs [X_new.., <new state>...]. Checks as backends/cpu/optimizers/optimizers.cc.
 class OnnxOptimizerKernel : public CudaKernel {
  public:
   OnnxOptimizerKernel(const KernelInfo& info, CudaContext& cu, int groups) : CudaKernel(info, cu), groups_(groups) {}

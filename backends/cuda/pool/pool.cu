@@ -2,8 +2,8 @@
 // GlobalAveragePool, GlobalMaxPool, their com.onnx-mirror grads and MaxPoolReluGrad.
 // Hand-written rather than cuDNN: ONNX's ceil_mode, asymmetric pads, dilations,
 // count_include_pad and PyTorch's "first maximum gets the gradient" rule
-// (backends/cpu/grad_pool.cc) do not all fit cuDNN's pooling descriptor. Windows are resolved
-// exactly as backends/cpu/pool.cc resolves them.
+// (backends/cpu/pool/grad.cc) do not all fit cuDNN's pooling descriptor. Windows are resolved
+// exactly as backends/cpu/pool/forward.cc resolves them.
 #include <algorithm>
 #include <cmath>
 #include <limits>

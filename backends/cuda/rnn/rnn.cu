@@ -1,4 +1,4 @@
-// RNN, GRU and LSTM on the GPU, step for step the arithmetic of backends/cpu/rnn.cc: same
+// RNN, GRU and LSTM on the GPU, step for step the arithmetic of backends/cpu/rnn/forward.cc: same
 // attributes (backends/rnn_attrs.h), same checks, layout 0 inside. cuBLAS does the input
 // projection of all steps at once and the recurrent GEMMs of each step; one thread per (batch
 // row, hidden unit) does a step's gates (rnn_cell.cuh). All device scratch is one arena block per

@@ -357,7 +357,7 @@ struct DirInputs {
 };
 
 // The forward recurrence's device buffers of one direction. With the record pointers set it
-// keeps what the backward needs (backends/cpu/grad_rnn.cc's forward()).
+// keeps what the backward needs (backends/cpu/rnn/grad.cc's forward()).
 template <class T>
 struct FwdWork {
   T* gates = nullptr;        // [seq, batch, G*hs]
@@ -402,7 +402,7 @@ class RecurrentBase : public CudaKernel, protected RecurrentAttrs {
     return cfg;
   }
 
-  // The forward recurrence of one direction (backends/cpu/rnn.cc's run_direction); writes Y
+  // The forward recurrence of one direction (backends/cpu/rnn/forward.cc's run_direction); writes Y
   // when y is given and leaves the final states in work.h and work.c.
   template <class T>
   void forward_direction(const Dims& dm, const DirInputs<T>& in, const FwdWork<T>& wk, T* y) {

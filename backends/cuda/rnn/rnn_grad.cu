@@ -1,5 +1,5 @@
 // The backward through time of RNN, GRU and LSTM on the GPU (com.onnx-mirror RNNGrad, GRUGrad,
-// LSTMGrad), step for step the arithmetic of backends/cpu/grad_rnn.cc: the forward recurrence
+// LSTMGrad), step for step the arithmetic of backends/cpu/rnn/grad.cc: the forward recurrence
 // of rnn_cell.cuh replayed with its records kept, then the steps backwards. All device scratch
 // is one arena block per run (Note [caching arena]); nothing waits on the host.
 #include <utility>
@@ -292,7 +292,7 @@ class RecurrentGradKernel : public RecurrentBase {
     if (dc0_out && layout_ == 1) swap01(st, dc0, dc0_out, D, batch, hs);
   }
 
-  // Backward pass of one direction (backends/cpu/grad_rnn.cc's backward()): fills da (and
+  // Backward pass of one direction (backends/cpu/rnn/grad.cc's backward()): fills da (and
   // drec) for every step; dh_final / dc_final point at d initial_h / d initial_c.
   template <class T>
   void backward_direction(const Dims& dm, const DirInputs<T>& in, const Buffers<T>& buf, const T* dy, const T* dy_h,

@@ -1,5 +1,5 @@
-// GatherElements, GatherND and ScatterElements on the GPU, as backends/cpu/data_movement.cc,
-// and ScatterND, as backends/cpu/scatter_nd.cc: int32/int64 indices, negative ones counted
+// GatherElements, GatherND and ScatterElements on the GPU, as backends/cpu/shape/,
+// and ScatterND, as backends/cpu/shape/scatter_nd.cc: int32/int64 indices, negative ones counted
 // from the end, any element width (reductions: every numeric dtype). ScatterElements runs one
 // thread per line of indices along the axis and ScatterND one thread per element of a slice,
 // each applying its updates in the CPU's order, so duplicate indices give the CPU's result

@@ -1,4 +1,4 @@
-// Backward kernels of shape and reduction ops on the GPU, as backends/cpu/grad_shape.cc and
+// Backward kernels of shape and reduction ops on the GPU, as backends/cpu/shape/ and
 // grad_elementwise.cc: ReduceSumGrad / ReduceMeanGrad (the gradient broadcast back over the
 // reduced axes), SliceGrad (zeros with dY scattered into the slice), GatherGrad (zeros with
 // dY summed into the gathered rows, atomicAdd so repeated indices accumulate) and SplitLike

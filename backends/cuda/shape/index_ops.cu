@@ -1,4 +1,4 @@
-// Index-producing and index-driven ops on the GPU, as backends/cpu/reduce.cc (ArgMax, ArgMin)
+// Index-producing and index-driven ops on the GPU, as backends/cpu/reduce/reduce.cc (ArgMax, ArgMin)
 // and data_movement.cc (CumSum, OneHot, Trilu). Every op views its input as
 // [outer, n, inner] around one axis (or [.., rows, cols] for Trilu); ArgMax/ArgMin and CumSum
 // run one thread per (outer, inner) line walking n in the CPU's order, so ties, NaNs and

@@ -1,5 +1,5 @@
 // Resize (opset 19-23) and com.onnx-mirror:ResizeGrad on the GPU, float32 and float64,
-// semantics as backends/cpu/resize.cc: the per-axis taps of backends/resize_plan.h (computed
+// semantics as backends/cpu/shape/resize.cc: the per-axis taps of backends/resize_plan.h (computed
 // on the host, uploaded per call: out * taps indices and weights per resized axis) applied one
 // axis at a time, the forward as a gather (one thread per output element), the backward as
 // the transposed scatter in reverse axis order (one thread per dY element, atomicAdd into

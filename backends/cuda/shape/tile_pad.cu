@@ -1,4 +1,4 @@
-// Tile and Pad on the GPU with their gradients, as backends/cpu/data_movement.cc,
+// Tile and Pad on the GPU with their gradients, as backends/cpu/shape/,
 // grad_elementwise.cc (TileGrad) and grad_shape.cc (PadGrad). Forward: one thread per output
 // element gathers its source (or Pad's constant). Backward: one thread per input element sums
 // the gradient elements that read it, in ascending dY order as the CPU does, so no atomics and

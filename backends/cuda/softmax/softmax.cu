@@ -1,6 +1,6 @@
 // Softmax, LogSoftmax and Hardmax (opset 13: along one axis) and the backward kernels
 // SoftmaxGrad / LogSoftmaxGrad(dY, Y) on the GPU, float32 and float64, semantics as
-// backends/cpu/softmax.cc and grad_nn.cc. The input is viewed as [outer, n, inner], which is
+// backends/cpu/softmax/softmax.cc. The input is viewed as [outer, n, inner], which is
 // exactly cuDNN's NCHW channel mode with N = outer, C = n, H = inner, W = 1: Softmax and
 // LogSoftmax (and their gradients) are cudnnSoftmaxForward/Backward (ACCURATE: max
 // subtracted); Hardmax is a hand-written kernel (one thread per [outer, inner] column).
