@@ -176,6 +176,15 @@ OMT_REGISTER_GRADIENT("Clip", [](GradientBuilder& g) {
     if (g.wants(0)) g.set_input_grad(0, dy);
     return;
   }
+  // Note [Clip gradient]: X's alone (the bounds are constants, as ReLU6's 0 and 6) is one
+  // fused ClipGrad pass; MobileNets' every activation is one, and the comparisons, And and
+  // Where it replaces took a fifth of a MobileNetV2 training step on CPU replicas.
+  if (!g.wants(1) && !g.wants(2)) {
+    std::vector<std::string> in = {dy, x, lo, hi};
+    while (in.back().empty()) in.pop_back();
+    g.set_input_grad(0, g.emit1("ClipGrad", in, {}, kOmtDomain));
+    return;
+  }
   const std::string zero = scalar_like(g, 0.0, g.output(0));
   auto masked = [&](const std::string& mask) { return g.emit1("Where", {mask, dy, zero}); };
   if (g.wants(0)) {

@@ -100,6 +100,12 @@ std::vector<OpCase> elementwise_cases() {
   }
   for (const char* op : {"ReluGrad", "SigmoidGrad", "TanhGrad"})
     cases.push_back(OpCase{op, op, kMirror, {}, {uniform({6, 7}, 51), uniform({6, 7}, 52, 0.f, 1.f)}, {}, 1});
+  // Note [Clip gradient]: both bounds (ReLU6's), and min alone.
+  cases.push_back(OpCase{"ClipGrad", "ClipGrad", kMirror, {},
+                         {uniform({6, 7}, 53), uniform({6, 7}, 54, -1.f, 7.f), Tensor::scalar<float>(0.f),
+                          Tensor::scalar<float>(6.f)}, {}, 1});
+  cases.push_back(OpCase{"ClipGrad_min", "ClipGrad", kMirror, {},
+                         {uniform({6, 7}, 55), uniform({6, 7}, 56, -1.f, 1.f), Tensor::scalar<float>(0.25f)}, {}, 1});
 
   // Casts between plain numeric dtypes and bool (values each conversion represents exactly
   // or truncates the same way on both backends).

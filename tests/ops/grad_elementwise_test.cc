@@ -247,6 +247,16 @@ TEST(GradElementwise, ClipPassesTheGradientAtTheBounds) {
   expect_values(grad_of_sum("Clip", in, 2), {}, {1});
 }
 TEST(GradElementwise, ClipNoBounds) { check("Clip", {rnd({3, 4}, 42)}, {0}, 152); }
+// Note [Clip gradient]: X's gradient alone is the fused ClipGrad kernel, with both bounds,
+// one of them (the other absent) or none.
+TEST(GradElementwise, ClipOfXAloneIsFused) {
+  check("Clip", {avoid(rnd({3, 4}, 43), {-0.5f, 0.4f}), Tensor::scalar<float>(-0.5f), Tensor::scalar<float>(0.4f)},
+        {0}, 153);
+  check("Clip", {avoid(rnd({3, 4}, 44), {-0.2f}), Tensor::scalar<float>(-0.2f)}, {0}, 154);
+  check("Clip", {avoid(rnd({3, 4}, 45), {0.3f}), Tensor(), Tensor::scalar<float>(0.3f)}, {0}, 155);
+  const Tensor x = f32({-7, 0, 3, 6, 6.5f, NAN}, {6});
+  expect_values(grad_of_sum("Clip", {x, Tensor::scalar<float>(0), Tensor::scalar<float>(6)}, 0), {6}, {0, 1, 1, 1, 0, 0});
+}
 
 // ---- variadic and selection -------------------------------------------------------------------
 

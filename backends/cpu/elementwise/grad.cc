@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/cpu_backend.h"
 
@@ -170,6 +171,36 @@ class ReluGradKernel final : public OpKernel {
   }
 
  private:
+  KernelInfo info_;
+};
+
+// ClipGrad(dY, X, min?, max?): dY where min <= X <= max, else 0 (torch.clamp's gradient;
+// absent bounds are open). One pass instead of the comparisons, And and Where it replaces
+// (Note [Clip gradient] in graph/gradients/elementwise.cc).
+class ClipGradKernel final : public OpKernel {
+ public:
+  explicit ClipGradKernel(const KernelInfo& info) : info_(info) {}
+  void compute(KernelContext& ctx) override {
+    const Tensor* lo = bound(ctx, 2);
+    const Tensor* hi = bound(ctx, 3);
+    // A float bound widened to double compares with a float x as float comparison does.
+    const double l = lo ? lo->value_as_double(0) : -std::numeric_limits<double>::infinity();
+    const double h = hi ? hi->value_as_double(0) : std::numeric_limits<double>::infinity();
+    pointwise_grad(info_, ctx, [l, h](auto g, auto x) {
+      return static_cast<double>(x) >= l && static_cast<double>(x) <= h ? g : decltype(g)(0);
+    });
+  }
+
+ private:
+  const Tensor* bound(KernelContext& ctx, int i) const {
+    const Tensor* t = i < ctx.num_inputs() ? ctx.input(i) : nullptr;
+    if (t == nullptr || !t->defined()) return nullptr;
+    OMT_CHECK(t->numel() == 1 && t->dtype() == ctx.in(0).dtype(), kModel, info_.where(), ": ",
+              i == 2 ? "min" : "max", " must be a scalar of the gradient's dtype ", dtype_name(ctx.in(0).dtype()),
+              ", got ", t->describe());
+    return t;
+  }
+
   KernelInfo info_;
 };
 
@@ -445,6 +476,7 @@ class ExtremumGradKernel final : public OpKernel {
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "SumToShape", SumToShapeKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "TileGrad", TileGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ReluGrad", ReluGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ClipGrad", ClipGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "SigmoidGrad", SigmoidGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "TanhGrad", TanhGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN(kDomain, "ActivationGrad", ActivationGradKernel);

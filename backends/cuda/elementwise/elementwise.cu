@@ -1,7 +1,7 @@
 // Elementwise ops on the GPU: binary arithmetic and comparisons with numpy broadcasting, Pow,
 // Mod, BitShift, PRelu, Where, Clip, variadic Sum/Mean/Max/Min, and the pointwise gradients
-// ReluGrad/SigmoidGrad/TanhGrad. One thread per output element (grid-stride); semantics follow
-// backends/cpu/elementwise_*.cc and grad_elementwise.cc. Unary ops are in unary.cu.
+// ReluGrad/SigmoidGrad/TanhGrad/ClipGrad. One thread per output element (grid-stride); semantics
+// follow backends/cpu/elementwise/{binary,grad}.cc. Unary ops are in unary.cu.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -145,6 +145,12 @@ struct PReluF {
 struct ReluGradF { template <class T> __device__ T operator()(T g, T y) const { return y > T(0) ? g : T(0); } };
 struct SigmoidGradF { template <class T> __device__ T operator()(T g, T y) const { return g * y * (T(1) - y); } };
 struct TanhGradF { template <class T> __device__ T operator()(T g, T y) const { return g * (T(1) - y * y); } };
+// ClipGrad: dY where lo <= X <= hi (Note [Clip gradient] in graph/gradients/elementwise.cc).
+template <class T>
+struct ClipGradF {
+  T lo, hi;
+  __device__ T operator()(T g, T x) const { return x >= lo && x <= hi ? g : T(0); }
+};
 
 // ================================== launchers ==================================
 
@@ -396,6 +402,36 @@ class PointwiseGradKernel final : public CudaKernel {
   }
 };
 
+// ClipGrad(dY, X, min?, max?) -> dX, float only; the bounds are scalars read on the host
+// (absent: open), as Clip's.
+class ClipGradKernel final : public CudaKernel {
+ public:
+  using CudaKernel::CudaKernel;
+  InputPlace input_place(int i) const override { return i < 2 ? InputPlace::kDevice : InputPlace::kHost; }
+  void compute(KernelContext& ctx) override {
+    const Tensor& dy = ctx.in(0);
+    const Tensor& x = ctx.in(1);
+    OMT_CHECK(dy.dtype() == x.dtype() && dy.shape() == x.shape(), kModel, where(), ": dY ",
+              dy.describe(), " and X ", x.describe(), " must match");
+    Tensor& dx = ctx.output(0, dy.dtype(), dy.shape());
+    OMT_CUDA_DISPATCH_FLOAT(dy.dtype(), unsupported_dtype(dy.dtype()), run<T>(ctx, dy, x, dx));
+  }
+
+ private:
+  template <class T>
+  void run(KernelContext& ctx, const Tensor& dy, const Tensor& x, Tensor& dx) {
+    T lo = -std::numeric_limits<T>::infinity(), hi = std::numeric_limits<T>::infinity();
+    for (int i = 2; i <= 3; ++i) {
+      const Tensor* t = optional_input(ctx, i);
+      if (!t) continue;
+      OMT_CHECK(t->numel() == 1 && t->dtype() == dy.dtype(), kModel, where(), ": ", i == 2 ? "min" : "max",
+                " must be a ", dtype_name(dy.dtype()), " scalar, got ", t->describe());
+      (i == 2 ? lo : hi) = t->data<T>()[0];
+    }
+    launch_binary<T, T, T>(stream(), dy, x, dx, ClipGradF<T>{lo, hi}, where());
+  }
+};
+
 constexpr const char* kDomain = "com.onnx-mirror";
 
 OMT_REGISTER_CUDA_KERNEL("Add", BinaryKernel<AddF>);
@@ -421,6 +457,7 @@ OMT_REGISTER_CUDA_KERNEL("Mean", VariadicKernel<AddF, true>);
 OMT_REGISTER_CUDA_KERNEL("Max", VariadicKernel<MaxF>);
 OMT_REGISTER_CUDA_KERNEL("Min", VariadicKernel<MinF>);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "ReluGrad", PointwiseGradKernel<ReluGradF>);
+OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "ClipGrad", ClipGradKernel);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "SigmoidGrad", PointwiseGradKernel<SigmoidGradF>);
 OMT_REGISTER_CUDA_KERNEL_DOMAIN(kDomain, "TanhGrad", PointwiseGradKernel<TanhGradF>);
 
