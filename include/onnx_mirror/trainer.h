@@ -88,10 +88,12 @@ struct TrainerOptions {
   // > 0: before each update, scale the gradients so their global L2 norm (every parameter,
   // the whole global batch) is at most this, as torch.nn.utils.clip_grad_norm_. CPU only.
   double clip_grad_norm = 0;
-  // Kernels' device: "cpu", or "cuda" (GPU 0) in a CUDA build. On "cuda" the Trainer is one
-  // replica in one process: step, gradients, evaluate, checkpoints and resume run there; fit
-  // and replicas > 1 are kUnsupported until data-parallel training runs on GPUs. After each
-  // step the model's parameters are downloaded in place, so predict sees them.
+  // Kernels' device: "cpu", or "cuda" in a CUDA build, one GPU per replica (replica r of
+  // local process p on GPU (p * replicas + r) mod the visible GPUs; NCCL between them): step,
+  // fit, gradients, evaluate, checkpoints and resume run there; accumulate > 1 and
+  // clip_grad_norm are kUnsupported on GPUs so far. After each step the model's parameters
+  // are downloaded in place, so predict sees them. (Built and tested to compile here; not
+  // yet run on a GPU.)
   std::string device = "cpu";
   // Several processes: with join_world the constructor joins world_from_environment()
   // through `collectives` ("gloo" or "nccl"), blocking until every rank has arrived. Every
@@ -190,9 +192,9 @@ class Trainer {
   // options.join_world); the replicas are built once, on first use, and every later step,
   // fit, checkpoint and resume runs on them. Errors: kInvalidArgument (unknown loss/optimizer, a regex
   // that selects nothing, the model already has a Trainer), kUnsupported (ops without
-  // gradient rules, all listed at once; no usable GPU, with the CUDA runtime's reason; several
-  // replicas or processes on a GPU: these two at first use), kCommunication (the world could
-  // not be joined).
+  // gradient rules, all listed at once; no usable GPU, with the CUDA runtime's reason;
+  // accumulation or clipping on a GPU, at first use), kCommunication (the world could not be
+  // joined).
   Trainer(Model& model, const TrainerOptions& options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
