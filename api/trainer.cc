@@ -191,7 +191,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     std::vector<std::string> written;  // store entries training writes: parameters, BatchNorm statistics
     for (const auto& p : tg.params) t.trainable.push_back(p.name);
     for (const auto& st : tg.states)
-      if (st.kind == "running_mean" || st.kind == "running_var") written.push_back(st.name);
+      if (omt::is_batchnorm_statistic(st.kind)) written.push_back(st.name);
     written.insert(written.begin(), t.trainable.begin(), t.trainable.end());
     t.frozen = tg.frozen;
     t.model->set_live(written);

@@ -33,9 +33,9 @@ std::pair<int64_t, int64_t> slice_bounds(int64_t n, int r, int R) { return {n * 
 // a parameter (Note [Sliced update]).
 bool sliceable_update(const MirrorPlan& plan, const TrainingGraph& tg) {
   for (const auto& n : plan.update.graph.nodes)
-    if (n.domain != "com.onnx-mirror" || (n.op_type != "SGD" && n.op_type != "Adam")) return false;
+    if (!is_optimizer_update(n)) return false;
   for (const auto& st : tg.states) {
-    const bool batchnorm = st.kind == "running_mean" || st.kind == "running_var";
+    const bool batchnorm = is_batchnorm_statistic(st.kind);
     bool owned = false;
     for (const auto& p : tg.params) owned |= p.name == st.param;
     if (!batchnorm && !owned) return false;
