@@ -366,7 +366,7 @@ std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) cons
     ck.state = mt.state();
     ck.step = mt.steps_done();
     ck.model_fingerprint = omt::model_fingerprint(omt::param_signatures(ck.params));
-    ck.meta["optimizer"] = impl_->options.optimizer;
+    omt::set_checkpoint_optimizer(ck, impl_->spec.optimizer.kind);
     ck.meta["lr"] = std::to_string(impl_->lr);
     ck.meta["replicas"] = std::to_string(impl_->options.replicas);
     return omt::save_checkpoint(dir, ck, keep_last);
