@@ -218,7 +218,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     std::vector<std::string> written;  // store entries training writes: parameters, BatchNorm statistics
     for (const auto& p : tg.params) t.trainable.push_back(p.name);
     for (const auto& st : tg.states)
-      if (st.kind == "running_mean" || st.kind == "running_var") written.push_back(st.name);
+      if (omt::is_batchnorm_statistic(st.kind)) written.push_back(st.name);
     written.insert(written.begin(), t.trainable.begin(), t.trainable.end());
     t.frozen = tg.frozen;
     t.model->set_live(written);
@@ -400,7 +400,7 @@ std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) cons
     ck.state = mt.state();
     ck.step = mt.steps_done();
     ck.model_fingerprint = omt::model_fingerprint(omt::param_signatures(ck.params));
-    ck.meta["optimizer"] = impl_->options.optimizer;
+    omt::set_checkpoint_optimizer(ck, impl_->spec.optimizer.kind);
     ck.meta["lr"] = std::to_string(impl_->lr);
     ck.meta["replicas"] = std::to_string(impl_->options.replicas);
     return omt::save_checkpoint(dir, ck, keep_last);

@@ -70,7 +70,21 @@ class OpKernel {
   virtual ~OpKernel() = default;
   virtual void compute(KernelContext& ctx) = 0;
   virtual InputUse input_use(int /*i*/) const { return InputUse::kBackend; }
+  // The input that output `o` updates in place (Note [Updated in place]), or -1 (the
+  // default): no promise, the output may be fresh memory or alias any input.
+  virtual int updates_input(int /*o*/) const { return -1; }
 };
+
+// Note [Updated in place]
+// A kernel whose updates_input(o) is i >= 0 promises: after compute, output o is input i's
+// buffer (the same storage, handed back with KernelContext::set_output) and that buffer
+// holds the new values, unless input i is a plan constant (KernelInfo::constant_inputs,
+// shared read-only), whose output gets fresh memory. The update kernels make it (the
+// com.onnx-mirror optimizers on the CPU and CUDA: param and state), so a caller that fed
+// the buffers may keep them and ignore the outputs, as the sliced update does (Note
+// [Sliced update] in runtime/host_replicas.cc, which checks the promise when it is built);
+// no later node may read input i. tests/ops/optimizer_test.cc checks that the CPU kernels
+// keep their promises.
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInfo&)>;
 

@@ -16,7 +16,7 @@ MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first
   std::map<std::string, const TrainingGraph::State*> state_by_name;
   for (const auto& s : tg.states) {
     state_by_name[s.name] = &s;
-    if (s.kind == "running_mean" || s.kind == "running_var") plan.batchnorm_states.push_back(s.name);
+    if (is_batchnorm_statistic(s.kind)) plan.batchnorm_states.push_back(s.name);
     else optimizer_inputs.insert(s.name);
   }
 
@@ -80,7 +80,7 @@ MirrorPlan plan_mirror(const TrainingGraph& tg, int64_t cap_bytes, int64_t first
     if (model_output) bg.outputs.push_back(g.outputs[i]);
   }
   for (const auto& s : tg.states)
-    if (s.kind == "running_mean" || s.kind == "running_var") bg.outputs.push_back(tensor_info(s.updated, s.initial));
+    if (is_batchnorm_statistic(s.kind)) bg.outputs.push_back(tensor_info(s.updated, s.initial));
   for (size_t k = 0; k < tg.params.size(); ++k) {
     ValueInfo v = *g.find_input(tg.params[k].name);
     v.name = plan.grads[k];

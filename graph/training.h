@@ -24,7 +24,8 @@ const char* loss_kind_name(LossKind kind);
 bool loss_takes_class_labels(LossKind kind);  // softmax cross-entropy and NLL
 
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
-OptimizerKind parse_optimizer_kind(const std::string& name);
+OptimizerKind parse_optimizer_kind(const std::string& name);  // "sgd", "adam", "adamw"
+const char* optimizer_kind_name(OptimizerKind kind);          // what the parser reads back
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -66,6 +67,13 @@ struct TrainingSpec {
   OptimizerSpec optimizer;
 };
 
+// What a state of the training graph holds: an optimizer's buffer for one parameter, or a
+// BatchNormalization running statistic. state_kind_name is what names and messages carry
+// (a state of parameter p is named "p/exp_avg" ..., so checkpoints hold these strings).
+enum class StateKind { kMomentum, kExpAvg, kExpAvgSq, kRunningMean, kRunningVar };
+const char* state_kind_name(StateKind kind);  // "momentum", "exp_avg", "exp_avg_sq", "running_mean", "running_var"
+bool is_batchnorm_statistic(StateKind kind);  // running_mean, running_var
+
 // Names in the training graph. Each step the runtime feeds data_inputs, labels, lr, step,
 // loss_scale and every parameter and state, and reads loss, grads (when without optimizer),
 // and the updated parameters and states.
@@ -90,7 +98,7 @@ struct TrainingGraph {
     std::string name;     // graph input
     std::string updated;  // graph output
     std::string param;    // the parameter it belongs to, or the BatchNorm node
-    std::string kind;     // "momentum", "exp_avg", "exp_avg_sq", "running_mean", "running_var"
+    StateKind kind = StateKind::kMomentum;
     Tensor initial;       // value before the first step
   };
   std::vector<State> states;
@@ -105,6 +113,10 @@ struct TrainingGraph {
 // with a model input, a regex that selects nothing, a non-scalar model loss), kUnsupported
 // (ops without gradient rules on the path, listed all at once).
 TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec);
+
+// Whether `n` is one of the optimizer update nodes build_training_graph appends
+// (com.onnx-mirror SGD or Adam: elementwise, param and state updated in place).
+bool is_optimizer_update(const Node& n);
 
 // Note [Trained models are inference models]: a model exported in torch's train() mode
 // keeps BatchNormalization with training_mode=1 (batch statistics even in inference) and

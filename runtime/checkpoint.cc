@@ -367,6 +367,17 @@ Checkpoint load_checkpoint(const std::string& dir_or_file) {
   return c;
 }
 
+void set_checkpoint_optimizer(Checkpoint& ckpt, OptimizerKind kind) { ckpt.meta["optimizer"] = optimizer_kind_name(kind); }
+
+std::optional<OptimizerKind> checkpoint_optimizer(const Checkpoint& ckpt) {
+  const auto it = ckpt.meta.find("optimizer");
+  if (it == ckpt.meta.end()) return std::nullopt;
+  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW})
+    if (it->second == optimizer_kind_name(k) || it->second == std::to_string(static_cast<int>(k)))
+      return k;  // the name, or the integer of Note [Optimizer in checkpoints]
+  return std::nullopt;
+}
+
 void check_compatible(const Checkpoint& ckpt, const std::string& fingerprint,
                       const std::vector<ParamSignature>& params) {
   const std::string where = ckpt.source.empty() ? std::string("the checkpoint")

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/tensor.h"
+#include "graph/training.h"
 
 namespace omt {
 
@@ -38,6 +40,15 @@ struct Checkpoint {
   std::map<std::string, std::string> meta;  // optimizer kind, lr, schedule, world size, ...
   std::string source;  // set by load_checkpoint: the .json it came from (for messages)
 };
+
+// Note [Optimizer in checkpoints]: meta["optimizer"] names the optimizer whose state the
+// checkpoint holds, as optimizer_kind_name writes it ("sgd", "adam", "adamw"), whoever saved
+// it (fit or the API's Trainer). fit wrote the OptimizerKind as an integer before ("0" sgd,
+// "1" adam, "2" adamw); such checkpoints read as that optimizer.
+void set_checkpoint_optimizer(Checkpoint& ckpt, OptimizerKind kind);
+// The optimizer ckpt.meta names, or nullopt when it names none (no entry, or one neither a
+// name nor an old integer).
+std::optional<OptimizerKind> checkpoint_optimizer(const Checkpoint& ckpt);
 
 // Writes `ckpt` as DIR/ckpt-<step>.{npz,json}, then DIR/latest, creating DIR if missing; each
 // file goes to a temporary name, is fsynced and renamed into place, and the folder is fsynced

@@ -92,7 +92,6 @@ ConfigFields trainer_config_fields(const Model& model, const TrainingGraph& tg, 
   std::vector<std::string> trained;
   for (const auto& p : tg.params) trained.push_back(p.name);
   const OptimizerSpec& o = spec.optimizer;
-  const char* optimizer = o.kind == OptimizerKind::kSgd ? "sgd" : o.kind == OptimizerKind::kAdam ? "adam" : "adamw";
   ConfigFields f = {
       {"model", model_digest(model, options.shared_parameters).substr(0, 16)},
       {"trained", names_digest(trained)},
@@ -105,7 +104,7 @@ ConfigFields trainer_config_fields(const Model& model, const TrainingGraph& tg, 
       {"--ignore-index", std::to_string(spec.ignore_index)},
       {"--label-smoothing", config_number_f(spec.label_smoothing)},
       {"--batchnorm", spec.batchnorm_batch_statistics ? "batch" : "running"},
-      {"optimizer", optimizer},
+      {"optimizer", optimizer_kind_name(o.kind)},
       {"--momentum", config_number_f(o.momentum)},
       {"dampening", config_number_f(o.dampening)},
       {"--nesterov", o.nesterov ? "yes" : "no"},

@@ -154,7 +154,12 @@ void FitRun::resume() {
   step = ck.step;
   OMT_CHECK(ck.seed == o.seed, kInvalidArgument, "the checkpoint '", ck.source, "' was written with --seed ",
             ck.seed, "; resume with the same --seed to continue the same data order");
-  if (leader) log << "resumed from " << ck.source << " at step " << step << " (epoch " << pos.epoch + 1 << ")\n";
+  if (!leader) return;
+  log << "resumed from " << ck.source << " at step " << step << " (epoch " << pos.epoch + 1 << ")\n";
+  const std::optional<OptimizerKind> written_by = checkpoint_optimizer(ck);  // Note [Optimizer in checkpoints]
+  if (written_by && *written_by != o.spec.optimizer.kind)
+    log << "note: the checkpoint holds " << optimizer_kind_name(*written_by) << " state; this run continues with "
+        << optimizer_kind_name(o.spec.optimizer.kind) << "\n";
 }
 
 void FitRun::log_start() {
@@ -198,7 +203,7 @@ void FitRun::save(const SamplerPosition& next) {
   ck.epoch = next.epoch;
   ck.step_in_epoch = next.step;
   ck.seed = o.seed;
-  ck.meta["optimizer"] = std::to_string(static_cast<int>(o.spec.optimizer.kind));
+  set_checkpoint_optimizer(ck, o.spec.optimizer.kind);
   ck.meta["world_size"] = std::to_string(trainer.world_size());
   ck.meta["global_batch"] = std::to_string(o.global_batch);
   late.attempt([&] { result.last_checkpoint = save_checkpoint(o.checkpoint_dir, ck, o.keep_checkpoints); });

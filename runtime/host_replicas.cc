@@ -11,8 +11,9 @@ namespace omt {
 // parameters and optimizer state, and replica r updates only slice r of each of them: the
 // elements [n*r/R, n*(r+1)/R) of the flattened tensor, fed as 1-D views into an update graph
 // whose parameter-shaped values are declared with those lengths. The optimizer kernels update
-// their inputs in place (Note [in place] in backends/cpu/optimizers/optimizers_torch.cc), so the shared tensors hold
-// the new values with no copy. Before updating, a replica waits until every local replica has
+// their inputs in place and declare it (Note [Updated in place] in backends/backend.h, checked
+// by check_updates_in_place when the replicas are built), so the shared tensors hold the new
+// values with no copy. Before updating, a replica waits until every local replica has
 // finished its backward graph, which reads the parameters. Otherwise (R == 1, or another
 // optimizer op) each replica keeps its own copy and runs the whole update.
 
@@ -33,9 +34,9 @@ std::pair<int64_t, int64_t> slice_bounds(int64_t n, int r, int R) { return {n * 
 // a parameter (Note [Sliced update]).
 bool sliceable_update(const MirrorPlan& plan, const TrainingGraph& tg) {
   for (const auto& n : plan.update.graph.nodes)
-    if (n.domain != "com.onnx-mirror" || (n.op_type != "SGD" && n.op_type != "Adam")) return false;
+    if (!is_optimizer_update(n)) return false;
   for (const auto& st : tg.states) {
-    const bool batchnorm = st.kind == "running_mean" || st.kind == "running_var";
+    const bool batchnorm = is_batchnorm_statistic(st.kind);
     bool owned = false;
     for (const auto& p : tg.params) owned |= p.name == st.param;
     if (!batchnorm && !owned) return false;
@@ -84,6 +85,26 @@ Model sliced_update_model(const MirrorPlan& plan, const TrainingGraph& tg, int r
 
 }  // namespace
 
+void check_updates_in_place(const Session& update, const TrainingGraph& tg) {
+  std::map<std::string, std::string> replaces;  // new value -> the fed value it updates
+  for (const auto& p : tg.params) replaces[p.updated] = p.name;
+  for (const auto& st : tg.states) replaces[st.updated] = st.name;
+  for (int k = 0; k < update.num_nodes(); ++k) {
+    const Node& n = update.node(k);
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const auto fed = replaces.find(n.outputs[o]);
+      OMT_ASSERT(fed != replaces.end(), n.where(), ": output '", n.outputs[o],
+                 "' is no new parameter or state, which the sliced update needs");
+      const int i = update.updates_input(k, static_cast<int>(o));
+      OMT_ASSERT(i >= 0 && static_cast<size_t>(i) < n.inputs.size() && n.inputs[static_cast<size_t>(i)] == fed->second,
+                 n.where(), " on ", update.backend().name(), ": its kernel does not declare that output ", o, " ('",
+                 n.outputs[o], "') updates input '", fed->second, "' in place (OpKernel::updates_input ",
+                 i < 0 ? std::string("is -1") : str_cat("names input ", i), "); the sliced update relies on it "
+                 "(Note [Updated in place] in backends/backend.h)");
+    }
+  }
+}
+
 HostReplicas::HostReplicas(MirrorCore& core) : ReplicaStrategy(core) {
   MirrorCore& m = m_;
   const int R = m.R;
@@ -108,6 +129,7 @@ HostReplicas::HostReplicas(MirrorCore& core) : ReplicaStrategy(core) {
     rep.backward = std::make_unique<Session>(m.backward[static_cast<size_t>(r)], so);
     rep.update = std::make_unique<Session>(
         sliced_ ? std::make_shared<const Model>(sliced_update_model(m.plan, m.tg, r, R, sum_in_update_)) : update, so);
+    if (sliced_) check_updates_in_place(*rep.update, m.tg);
     for (const auto& p : m.tg.params) rep.params.set(p.name, start(p.name, m.model->graph.initializers.at(p.name), sliced_));
     for (const auto& st : m.tg.states)
       rep.state.set(st.name, start(st.name, st.initial, sliced_ && !m.is_batchnorm_state(st.name)));

@@ -7,9 +7,17 @@
 
 #include <vector>
 
+#include "graph/training.h"
 #include "runtime/replica_strategy.h"
+#include "runtime/session.h"
 
 namespace omt {
+
+// The sliced update reads no output of `update` (Note [Sliced update]): it needs every node's
+// kernel to declare that each output updates, in place, the parameter or state it is the new
+// value of (Note [Updated in place] in backends/backend.h). OMT_ASSERT naming the node, the
+// output and the backend when one does not.
+void check_updates_in_place(const Session& update, const TrainingGraph& tg);
 
 class HostReplicas : public ReplicaStrategy {
  public:

@@ -338,6 +338,7 @@ void Session::upload_feed(int slot, const Tensor& host) {
 
 int Session::num_nodes() const { return static_cast<int>(plan_->steps.size()); }
 const Node& Session::node(int i) const { return *plan_->steps[i].node; }
+int Session::updates_input(int i, int o) const { return plan_->steps[i].kernel->updates_input(o); }
 
 NamedTensors Session::run(const NamedTensors& feeds, const RunHooks* hooks) {
   check_feeds(feeds);

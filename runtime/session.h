@@ -72,6 +72,9 @@ class Session {
   // Nodes in run order (the graph's node order).
   int num_nodes() const;
   const Node& node(int i) const;
+  // The input that output `o` of node `i` updates in place, as its kernel declares it
+  // (OpKernel::updates_input, Note [Updated in place] in backends/backend.h), or -1.
+  int updates_input(int i, int o) const;
 
   const Model& model() const { return *model_; }
   const SessionOptions& options() const { return options_; }

@@ -92,7 +92,7 @@ Model Trainer::trained_model() const {
   Model m = *model_;
   for (const auto& name : params_.names()) m.graph.initializers.at(name) = backend().to_host(params_.at(name));
   for (const auto& s : update_graph_->states)
-    if (s.kind == "running_mean" || s.kind == "running_var")
+    if (is_batchnorm_statistic(s.kind))
       m.graph.initializers.at(s.name) = backend().to_host(state_.at(s.name));
   make_inference_mode(m.graph);  // Note [Trained models are inference models]
   return m;

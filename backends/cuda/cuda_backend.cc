@@ -449,7 +449,7 @@ class StagingContext final : public KernelContext {
     for (const auto& [device_ptr, host] : uploads_) {
       if (value.raw() != device_ptr || !value.defined()) continue;
       // The kernel writes the device copy after this call: download it in finish().
-      if (kernel_.updates_inputs_in_place()) pending_.emplace_back(value, host);
+      if (kernel_.updates_input(i) >= 0) pending_.emplace_back(value, host);
       base_.set_output(i, host.reshaped(value.shape()));
       return;
     }
@@ -498,6 +498,7 @@ class StagedKernel final : public OpKernel {
     }
     return InputUse::kBackend;
   }
+  int updates_input(int o) const override { return kernel_->updates_input(o); }
 
   void compute(KernelContext& ctx) override {
     cu_->activate();

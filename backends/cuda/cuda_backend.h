@@ -160,9 +160,8 @@ class CudaKernel {
   virtual ~CudaKernel() = default;
   virtual void compute(KernelContext& ctx) = 0;
   virtual InputPlace input_place(int /*i*/) const { return InputPlace::kDevice; }
-  // True for kernels that update an input in place and hand it back with set_output (the
-  // optimizers, Note [in place] in backends/cpu/optimizers/optimizers_torch.cc).
-  virtual bool updates_inputs_in_place() const { return false; }
+  // As OpKernel::updates_input (Note [Updated in place] in backends/backend.h).
+  virtual int updates_input(int /*o*/) const { return -1; }
 
  protected:
   cudaStream_t stream() const { return cu_.stream(); }

@@ -286,6 +286,41 @@ TEST(Optimizers, UpdatesFedBuffersInPlaceButNeverInitializers) {
   EXPECT_FLOAT_EQ(out.at("param_new").data<float>()[0], 0.5f - 0.1f * 0.1f);
 }
 
+// Note [Updated in place] in backends/backend.h: every output an update kernel declares is,
+// after the run, the buffer of the fed input it names, and that buffer holds the new value.
+TEST(Optimizers, KeepTheirInPlaceDeclarations) {
+  struct Case {
+    std::string op;
+    float momentum;
+    int states;
+    std::vector<int> inputs;  // the input each output must update
+  };
+  for (const Case& c : {Case{"SGD", 0.f, 0, {2}}, Case{"SGD", 0.9f, 1, {2, 4}}, Case{"Adam", 0.f, 2, {2, 4, 5}}}) {
+    AttributeMap a;
+    if (c.op == "SGD") a.set("momentum", c.momentum);
+    Session s(optimizer_model(c.op, a, c.states));
+    NamedTensors feeds;
+    feeds.set("lr", Tensor::scalar<float>(0.1f));
+    feeds.set("step", Tensor::scalar<int64_t>(2));
+    feeds.set("param", vec(kParam0));
+    feeds.set("grad", vec(kGrads[0]));
+    for (int k = 0; k < c.states; ++k) feeds.set("state" + std::to_string(k), vec(kGrads[1]));
+    NamedTensors before;
+    for (const auto& name : feeds.names()) before.set(name, feeds.at(name).clone());
+    const NamedTensors out = s.run(feeds);
+    const Node& n = s.node(0);
+    ASSERT_EQ(n.outputs.size(), c.inputs.size()) << c.op;
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int i = s.updates_input(0, static_cast<int>(o));
+      ASSERT_EQ(i, c.inputs[o]) << c.op << " output " << o;
+      const std::string& fed = n.inputs[static_cast<size_t>(i)];
+      EXPECT_TRUE(out.at(n.outputs[o]).same_storage(feeds.at(fed))) << c.op << " output " << o << " is not " << fed;
+      EXPECT_FALSE(tensors_identical(feeds.at(fed), before.at(fed))) << c.op << ": " << fed << " was not updated";
+    }
+    EXPECT_EQ(s.updates_input(0, static_cast<int>(n.outputs.size())), -1);
+  }
+}
+
 TEST(Optimizers, BadStepAndArityAreErrors) {
   Session s(optimizer_model("Adam", {}, 2));
   NamedTensors feeds;

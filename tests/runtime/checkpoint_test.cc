@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "common/error.h"
@@ -266,6 +267,34 @@ TEST(Checkpoint, StaleTemporariesOfDeadWritersAreRemoved) {
   EXPECT_EQ(listing(tmp.path()), after);
   // With no save in flight, this process's own pid counts as dead (a reused pid).
   EXPECT_EQ(remove_stale_temporaries(tmp.path(), true), std::vector<std::string>{tmp.file("ckpt-5.json.tmp." + self)});
+}
+
+// Note [Optimizer in checkpoints]: the optimizer is written by name; a checkpoint an older fit
+// wrote, whose .json holds the OptimizerKind as an integer, reads as that optimizer.
+TEST(Checkpoint, OptimizerIsWrittenByNameAndOldIntegersStillRead) {
+  test::TempDir dir;
+  Checkpoint c = make_checkpoint(3);
+  set_checkpoint_optimizer(c, OptimizerKind::kAdamW);
+  const std::string json = save_checkpoint(dir.path(), c, 0);
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"optimizer\": \"adamw\""), std::string::npos) << text;
+  EXPECT_EQ(checkpoint_optimizer(load_checkpoint(dir.path())), OptimizerKind::kAdamW);
+  int64_t step = 4;
+  for (const auto& [old, kind] : {std::pair{"0", OptimizerKind::kSgd}, std::pair{"1", OptimizerKind::kAdam},
+                                  std::pair{"2", OptimizerKind::kAdamW}, std::pair{"sgd", OptimizerKind::kSgd},
+                                  std::pair{"adam", OptimizerKind::kAdam}}) {
+    c.step = step++;
+    c.meta["optimizer"] = old;
+    save_checkpoint(dir.path(), c, 0);
+    EXPECT_EQ(checkpoint_optimizer(load_checkpoint(dir.path())), kind) << "meta optimizer " << old;
+  }
+  for (const char* none : {"3", "Adam", ""}) {
+    c.meta["optimizer"] = none;
+    EXPECT_FALSE(checkpoint_optimizer(c).has_value()) << "meta optimizer '" << none << "'";
+  }
+  c.meta.erase("optimizer");
+  EXPECT_FALSE(checkpoint_optimizer(c).has_value());
 }
 
 }  // namespace

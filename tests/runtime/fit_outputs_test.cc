@@ -10,6 +10,7 @@
 #include <streambuf>
 
 #include "graph/onnx_io.h"
+#include "runtime/checkpoint.h"
 #include "runtime/fit.h"
 #include "tests/regression_util.h"
 #include "tests/test_util.h"
@@ -122,6 +123,8 @@ TEST(FitOutputs, LateFailureKeepsTheTrainedModel) {
   for (int64_t i = 0; i < w.numel(); ++i) sum += std::abs(w.value_as_double(i));
   EXPECT_GT(sum, 0.01);
   EXPECT_TRUE(fs::exists(o.checkpoint_dir + "/latest"));
+  EXPECT_EQ(load_checkpoint(o.checkpoint_dir).meta.at("optimizer"), optimizer_kind_name(o.spec.optimizer.kind))
+      << "Note [Optimizer in checkpoints]: the optimizer's name";
   std::ifstream metrics(o.metrics_path);
   std::string line, last;
   while (std::getline(metrics, line)) last = line;

@@ -16,7 +16,8 @@ namespace {
 // Note [in place]
 // The trainer feeds param and optimizer state as graph inputs and replaces them with the
 // outputs after every step, so these kernels update those input buffers in place and hand
-// them back as the outputs (ctx.set_output) instead of allocating new ones. Consequence: the
+// them back as the outputs (ctx.set_output) instead of allocating new ones, and declare it
+// (OpKernel::updates_input, Note [Updated in place] in backends/backend.h). Consequence: the
 // caller's input tensors hold the new values after the run, and no node may read param or
 // state after the optimizer node. Inputs that are plan constants (initializers, Constant
 // outputs) are shared read-only and are never written: their outputs get fresh memory.
@@ -137,6 +138,9 @@ class SgdKernel : public OpKernel {
               gradients_ > 1 ? ", the other gradients" : "", "), got ", info.num_inputs, " and ", info.num_outputs);
   }
 
+  // param_new is param (input 2), momentum_buffer_new is momentum_buffer (input 4).
+  int updates_input(int o) const override { return o == 0 ? 2 : o == 1 && momentum_ != 0.f ? 4 : -1; }
+
   void compute(KernelContext& ctx) override {
     const StepScalars sc = read_step(ctx, info_);
     const Tensor& param = ctx.in(2);
@@ -191,6 +195,9 @@ class AdamKernel : public OpKernel {
               " inputs (lr, step, param, grad, exp_avg, exp_avg_sq", gradients_ > 1 ? ", the other gradients" : "",
               ") and 3 outputs, got ", info.num_inputs, " and ", info.num_outputs);
   }
+
+  // param_new, exp_avg_new, exp_avg_sq_new are param, exp_avg, exp_avg_sq (inputs 2, 4, 5).
+  int updates_input(int o) const override { return o == 0 ? 2 : o == 1 ? 4 : o == 2 ? 5 : -1; }
 
   void compute(KernelContext& ctx) override {
     const StepScalars sc = read_step(ctx, info_);

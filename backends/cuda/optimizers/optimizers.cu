@@ -99,7 +99,6 @@ class OptimizerKernel : public CudaKernel {
  public:
   using CudaKernel::CudaKernel;
   InputPlace input_place(int i) const override { return i < 2 ? InputPlace::kHost : InputPlace::kDevice; }
-  bool updates_inputs_in_place() const override { return true; }
 
  protected:
   StepScalars read_step(const KernelContext& ctx) const {
@@ -153,6 +152,9 @@ class SgdKernel final : public OptimizerKernel {
               " outputs, got ", info.num_inputs, " and ", info.num_outputs);
   }
 
+  // Note [Updated in place] in backends/backend.h: param_new is param, momentum_buffer_new momentum_buffer.
+  int updates_input(int o) const override { return o == 0 ? 2 : o == 1 && momentum_ != 0.f ? 4 : -1; }
+
   void compute(KernelContext& ctx) override {
     const StepScalars sc = read_step(ctx);
     const Tensor& param = ctx.in(2);
@@ -196,6 +198,9 @@ class AdamKernel final : public OptimizerKernel {
               ": Adam takes 6 inputs (lr, step, param, grad, exp_avg, exp_avg_sq) and 3 outputs, got ",
               info.num_inputs, " and ", info.num_outputs);
   }
+
+  // Note [Updated in place]: param_new, exp_avg_new, exp_avg_sq_new are inputs 2, 4, 5.
+  int updates_input(int o) const override { return o == 0 ? 2 : o == 1 ? 4 : o == 2 ? 5 : -1; }
 
   void compute(KernelContext& ctx) override {
     const StepScalars sc = read_step(ctx);
