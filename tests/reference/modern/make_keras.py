@@ -86,10 +86,6 @@ import traceback
 SEED = 1234
 LR = 0.1        # plain SGD, no momentum, no weight decay
 STEPS = 3       # SGD steps on the same batch
-BATCH = 16
-HWC = (16, 16, 3)
-CLASSES = 10
-INPUT = "image"
 
 
 def load_libs():
@@ -105,6 +101,15 @@ def load_libs():
     from onnx import numpy_helper
     keras = tf.keras
     L = keras.layers
+    # The model (keras_models.py) and the reading of the file (keras_mapping.py) import
+    # TensorFlow themselves, so they are imported here, inside the venv.
+    global BATCH, CLASSES, HWC, INPUT, STACK, build, build_sequential, bn_layers, perturb, var_values
+    global apply_transform, bn_convs, bn_modes, export, folded_model, folded_value, init_layout, io_desc
+    global map_initializers, op_histogram, ort_run, rel
+    from keras_models import (BATCH, CLASSES, HWC, INPUT, STACK, bn_layers, build, build_sequential, perturb,
+                              var_values)
+    from keras_mapping import (apply_transform, bn_convs, bn_modes, export, folded_model, folded_value, init_layout,
+                               io_desc, map_initializers, op_histogram, ort_run, rel)
 
 
 def versions():
@@ -118,100 +123,6 @@ def versions():
     v["tf.keras"] = keras.__version__ if hasattr(keras, "__version__") else None
     v["tf2onnx_default_opset"] = tf2onnx.constants.PREFERRED_OPSET
     return v
-
-
-# ---------------------------------------------------------------------------- the model
-
-def make_affine():
-    class Affine(L.Layer):
-        """Inference BatchNormalization as the file computes it: y = x * scale + shift."""
-
-        def build(self, input_shape):
-            c = input_shape[-1]
-            self.scale = self.add_weight(shape=(c,), name="scale", initializer="ones")
-            self.shift = self.add_weight(shape=(c,), name="shift", initializer="zeros")
-
-        def call(self, x):
-            return x * self.scale + self.shift
-    return Affine
-
-
-# conv2 has no bias, as is usual before a BatchNormalization (tf2onnx then folds bn2 into it)
-STACK = [
-    ("conv", dict(filters=8, kernel_size=3, activation="relu", name="conv1")),
-    ("bn", dict(name="bn1")),
-    ("pool", dict(pool_size=2, name="pool1")),
-    ("conv", dict(filters=16, kernel_size=3, use_bias=False, name="conv2")),
-    ("bn", dict(name="bn2")),
-    ("relu", dict(name="relu2")),
-    ("flatten", dict(name="flatten")),
-    ("dropout", dict(rate=0.25, name="dropout")),
-    ("dense", dict(units=CLASSES, name="logits")),
-]
-
-
-def layers(dtype, modes=None, stack=None):
-    """The layer stack. modes[bn name]: 'bn' (BatchNormalization, the default), 'affine'
-    (y = x * scale + shift) or 'conv' (folded into the Conv before it, which gets a bias)."""
-    modes = modes or {}
-    stack = [(k, dict(kw)) for k, kw in (stack or STACK)]
-    for i, (k, kw) in enumerate(stack):
-        if k == "bn" and modes.get(kw["name"]) == "conv":
-            assert stack[i - 1][0] == "conv" and stack[i - 1][1].get("activation") is None, kw["name"]
-            stack[i - 1][1]["use_bias"] = True
-    make = {"conv": L.Conv2D, "bn": L.BatchNormalization, "pool": L.MaxPooling2D, "relu": L.ReLU,
-            "flatten": L.Flatten, "dropout": L.Dropout, "dense": L.Dense}
-    out = []
-    for k, kw in stack:
-        mode = modes.get(kw["name"], "bn") if k == "bn" else None
-        if mode == "conv":
-            continue
-        out.append((make_affine() if mode == "affine" else make[k])(dtype=dtype, **kw))
-    return out
-
-
-def build(dtype="float32", modes=None, stack=None):
-    inp = keras.Input(HWC, name=INPUT, dtype=dtype)
-    x = inp
-    for layer in layers(dtype, modes, stack):
-        x = layer(x)
-    return keras.Model(inp, x, name="keras_cnn")
-
-
-def build_sequential():
-    return keras.Sequential([keras.Input(HWC, name=INPUT)] + layers("float32"), name="keras_cnn_seq")
-
-
-def perturb(model, rng):
-    """Keras' biases start at 0 and BN at gamma 1, beta 0, mean 0, variance 1: seeded noise so
-    that nothing is constant (tf2onnx drops a zero bias and folds constant BN away)."""
-    for v in model.weights:
-        leaf = v.path.split("/")[-1]
-        a = v.numpy()
-        if leaf in ("bias", "beta"):
-            a = rng.normal(0.0, 0.1, a.shape)
-        elif leaf == "gamma":
-            a = 1.0 + rng.normal(0.0, 0.1, a.shape)
-        elif leaf == "moving_mean":
-            a = rng.uniform(-0.2, 0.2, a.shape)
-        elif leaf == "moving_variance":
-            a = rng.uniform(0.5, 1.5, a.shape)
-        v.assign(a.astype(np.float32))
-
-
-def bn_layers(model):
-    return [l for l in model.layers if isinstance(l, L.BatchNormalization)]
-
-
-def bn_fold(bn_vals, eps):
-    """(s, t) of an inference BatchNormalization, float64: y = x * s + t."""
-    g, b, m, v = (np.asarray(bn_vals[k], np.float64) for k in ("gamma", "beta", "moving_mean", "moving_variance"))
-    s = g / np.sqrt(v + eps)
-    return s, b - m * s
-
-
-def var_values(model):
-    return {v.path: v.numpy() for v in model.weights}
 
 
 # ---------------------------------------------------------------------------- references
@@ -249,231 +160,8 @@ def tf_refs(model, x, labels):
     return r
 
 
-def rel(a, b):
-    """max |a - b| / max |b| (b the reference)."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
-
 
 # ---------------------------------------------------------------------------- the file
-
-def op_histogram(mp):
-    return dict(sorted(collections.Counter(n.op_type for n in mp.graph.node).items()))
-
-
-def io_desc(vis):
-    out = []
-    for vi in vis:
-        t = vi.type.tensor_type
-        dims = [d.dim_param if d.HasField("dim_param") else d.dim_value for d in t.shape.dim]
-        out.append({"name": vi.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims})
-    return out
-
-
-def export(model, path=None):
-    spec = (tf.TensorSpec((None,) + HWC, tf.float32, name=INPUT),)
-    mp, _ = tf2onnx.convert.from_keras(model, input_signature=spec)
-    if path:
-        onnx.save(mp, path)
-    return mp
-
-
-def ort_run(mp, feeds):
-    s = ort.InferenceSession(mp.SerializeToString(), providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
-
-
-BN_KEYS = ("gamma", "beta", "moving_mean", "moving_variance")
-
-
-def bn_convs(model):
-    """bn name -> the Conv2D right before it (no activation), or None."""
-    out = {}
-    for prev, l in zip(model.layers, model.layers[1:]):
-        if isinstance(l, L.BatchNormalization):
-            ok = isinstance(prev, L.Conv2D) and prev.activation.__name__ == "linear"
-            out[l.name] = prev if ok else None
-    return out
-
-
-def fold_arrays(model_or_vals, bn, conv, eps):
-    """The fold candidates of one BatchNormalization, float64, Keras layouts:
-    affine scale/shift ([C]) and, with a Conv before it, the folded kernel (HWIO) and bias."""
-    vals = model_or_vals
-    s, t = bn_fold({k: vals["%s/%s" % (bn, k)] for k in BN_KEYS}, eps)
-    out = {"scale": s, "shift": t}
-    if conv:
-        out["weight"] = np.asarray(vals[conv + "/kernel"], np.float64) * s
-        b = np.asarray(vals[conv + "/bias"], np.float64) if (conv + "/bias") in vals else 0.0
-        out["bias"] = t + b * s
-    return out
-
-
-FORMULAS = {
-    "scale": "gamma / sqrt(moving_variance + eps)",
-    "shift": "beta - moving_mean * gamma / sqrt(moving_variance + eps)",
-    "weight": "conv kernel * gamma / sqrt(moving_variance + eps) per output channel",
-    "bias": "beta + (conv bias - moving_mean) * gamma / sqrt(moving_variance + eps) (conv bias 0 if none)",
-}
-
-
-def candidates(model):
-    """(description, array, exact) for every way an initializer could hold the model's variables."""
-    vals = var_values(model)
-    out = []
-    for path, a in vals.items():
-        a = a.astype(np.float64)
-        out.append(({"keras": [path], "transform": []}, a, True))
-        if a.ndim == 4:
-            out.append(({"keras": [path], "transform": [{"op": "transpose", "perm": [3, 2, 0, 1]}]},
-                        a.transpose(3, 2, 0, 1), True))
-        if a.ndim == 1:
-            out.append(({"keras": [path], "transform": [{"op": "reshape", "shape": [1, a.shape[0], 1, 1]}]},
-                        a.reshape(1, -1, 1, 1), True))
-    convs = bn_convs(model)
-    for bn in bn_layers(model):
-        conv = convs[bn.name].name if convs[bn.name] else None
-        bnv = ["%s/%s" % (bn.name, k) for k in BN_KEYS]
-        uses = {"scale": [bnv[0], bnv[3]], "shift": bnv}
-        if conv:
-            uses["weight"] = [conv + "/kernel", bnv[0], bnv[3]]
-            uses["bias"] = ([conv + "/bias"] if (conv + "/bias") in vals else []) + bnv
-        for part, a in fold_arrays(vals, bn.name, conv, bn.epsilon).items():
-            fold = {"op": "bn_fold", "batchnorm": bn.name, "part": part, "formula": FORMULAS[part],
-                    "eps": bn.epsilon}
-            if part in ("weight", "bias"):
-                fold["conv"] = conv
-                layouts = [[{"op": "transpose", "perm": [3, 2, 0, 1]}]] if part == "weight" else [[]]
-            else:
-                layouts = [[], [{"op": "reshape", "shape": [1, a.shape[0], 1, 1]}]]
-            for lay in layouts:
-                out.append(({"keras": uses[part], "transform": [fold] + lay}, apply_transform(a, lay), False))
-    return out
-
-
-def apply_transform(a, steps):
-    for st in steps:
-        if st["op"] == "transpose":
-            a = a.transpose(st["perm"])
-        elif st["op"] == "reshape":
-            a = a.reshape(st["shape"])
-        elif st["op"] == "bn_fold":
-            pass  # handled by the caller (needs several variables)
-    return a
-
-
-def invert_layout(a, steps):
-    for st in reversed(steps):
-        if st["op"] == "transpose":
-            a = a.transpose(np.argsort(st["perm"]))
-        elif st["op"] == "reshape":
-            a = a.reshape(-1)
-    return a
-
-
-def map_initializers(mp, model32):
-    consumers = collections.defaultdict(list)
-    for n in mp.graph.node:
-        for i, name in enumerate(n.input):
-            consumers[name].append((n.op_type, i))
-    cands = candidates(model32)
-    recs = []
-    for t in mp.graph.initializer:
-        a = numpy_helper.to_array(t)
-        rec = {"name": t.name, "shape": list(a.shape), "dtype": str(a.dtype),
-               "consumers": sorted(consumers[t.name])}
-        ops = {op for op, _ in consumers[t.name]}
-        exact, close = [], []
-        if a.dtype.kind == "f":
-            for d, c, is_exact in cands:
-                if c.shape != a.shape:
-                    continue
-                if is_exact and np.array_equal(a.astype(np.float64), c):
-                    exact.append(d)
-                elif not is_exact:
-                    err = rel(a, c)
-                    if err < 1e-5:
-                        close.append(dict(d, max_rel_err=err))
-        ev = {"exact_matches": exact, "fold_matches": close}
-        # A fold into a Conv is fed to the Conv; an affine fold to a Mul/Add. (The shift of a BN
-        # after a bias-free Conv equals that Conv's folded bias: the consumer tells them apart.)
-        close = [d for d in close if (d["transform"][0]["part"] in ("weight", "bias")) == ("Conv" in ops)]
-        if exact:
-            d = exact[0]
-            kind = "parameter_view" if d["transform"] else "parameter"
-            rec.update(kind=kind, keras=d["keras"][0], transform=d["transform"], trainable=True,
-                       method="exact value equality with the Keras variable%s" %
-                              (" through the transform" if d["transform"] else ""))
-        elif close:
-            d = close[0]
-            fold = d["transform"][0]
-            if fold["part"] in ("weight", "bias"):
-                fv = "%s/%s" % (fold["conv"], "kernel" if fold["part"] == "weight" else "bias")
-                km = ("bn_folded: %s folded into %s (fuse: kernel*s, bias beta+(b-mean)*s), %s removed; %s "
-                      "trainable, holding this file's value" % (fold["batchnorm"], fold["conv"], fold["batchnorm"], fv))
-            else:
-                fv = "%s/%s" % (fold["batchnorm"], fold["part"])
-                km = ("bn_folded: %s replaced by y = x * scale + shift; %s trainable, holding this file's value"
-                      % (fold["batchnorm"], fv))
-            rec.update(kind="bn_folded", keras=d["keras"], transform=d["transform"], trainable=True,
-                       folded=fold, folded_variable=fv, keras_model=km,
-                       method="value matching with tolerance (max rel err %.1e) against the BN fold %s, fed to %s"
-                              % (d["max_rel_err"], fold["formula"], "/".join(sorted(ops))))
-        else:
-            rec.update(kind="constant", keras="constant", transform=[], trainable=False,
-                       method="matches no Keras variable nor BN fold (%s)" % a.dtype)
-            if a.size <= 16:
-                rec["value"] = a.tolist()
-        rec["evidence"] = ev
-        recs.append(rec)
-    return recs
-
-
-def bn_modes(recs):
-    return {r["folded"]["batchnorm"]: ("conv" if r["folded"]["part"] in ("weight", "bias") else "affine")
-            for r in recs if r["kind"] == "bn_folded"}
-
-
-def folded_model(dtype, model32, recs, mp):
-    """The BN-folded Keras model in `dtype`, its variables holding the file's values."""
-    vals = {t.name: numpy_helper.to_array(t) for t in mp.graph.initializer}
-    fm = build(dtype, bn_modes(recs))
-    by_var = {}
-    for r in recs:
-        if r["kind"] in ("parameter", "parameter_view"):
-            by_var[r["keras"]] = r
-        elif r["kind"] == "bn_folded":
-            by_var[r["folded_variable"]] = r
-    src = var_values(model32)
-    for v in fm.weights:
-        r = by_var.get(v.path)
-        if r is None:
-            raise RuntimeError("no initializer holds %s: the file is not what this script expects" % v.path)
-        steps = r["transform"][1:] if r["kind"] == "bn_folded" else r["transform"]
-        a = invert_layout(vals[r["name"]], steps)
-        if r["kind"] != "bn_folded":
-            assert np.array_equal(a, src[v.path]), v.path
-        v.assign(a.astype(dtype))
-    return fm
-
-
-def folded_value(rec, vals):
-    """An initializer's value from a dict of (original) Keras variable values."""
-    st = rec["transform"]
-    if rec["kind"] == "bn_folded":
-        f = st[0]
-        arrs = fold_arrays(vals, f["batchnorm"], f.get("conv"), f["eps"])
-        return apply_transform(arrs[f["part"]], st[1:])
-    return apply_transform(np.asarray(vals[rec["keras"]], np.float64), st)
-
-
-def init_layout(rec, folded_vals):
-    """An initializer's array from the BN-folded model's variable values."""
-    key = rec["folded_variable"] if rec["kind"] == "bn_folded" else rec["keras"]
-    st = rec["transform"][1:] if rec["kind"] == "bn_folded" else rec["transform"]
-    return apply_transform(np.asarray(folded_vals[key], np.float64), st)
-
-
 # ---------------------------------------------------------------------------- probes
 
 def probe_sequential():
