@@ -101,11 +101,13 @@ struct Trainer::Impl {
 
 namespace {
 
+// TrainerOptions::loss "" or "auto": chosen from the first labels (Note [Default loss]).
+bool loss_from_labels(const TrainerOptions& options) { return options.loss.empty() || options.loss == "auto"; }
+
 // The options as the training graph's spec; checks everything that needs no model.
 omt::TrainingSpec spec_of(const TrainerOptions& options) {
   omt::TrainingSpec spec;
-  spec.loss = options.loss.empty() || options.loss == "auto" ? omt::LossKind::kSoftmaxCrossEntropy
-                                                             : omt::parse_loss_kind(options.loss);
+  spec.loss = loss_from_labels(options) ? omt::LossKind::kSoftmaxCrossEntropy : omt::parse_loss_kind(options.loss);
   spec.output = options.output;
   spec.labels = options.labels;
   spec.train_regex = options.train_regex;
@@ -179,7 +181,7 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     t.options = options;
     t.lr = options.lr;
     t.spec = spec_of(options);
-    t.loss_open = options.loss.empty() || options.loss == "auto";
+    t.loss_open = loss_from_labels(options);
     t.mirror.replicas = options.replicas;
     t.mirror.threads_per_replica = options.threads_per_replica;
     t.mirror.bucket_cap_bytes = options.bucket_cap_bytes;

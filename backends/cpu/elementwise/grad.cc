@@ -183,11 +183,13 @@ class ClipGradKernel final : public OpKernel {
   void compute(KernelContext& ctx) override {
     const Tensor* lo = bound(ctx, 2);
     const Tensor* hi = bound(ctx, 3);
-    // A float bound widened to double compares with a float x as float comparison does.
+    // The bounds have the gradient's dtype, so converting them to the element type once is
+    // exact and the loop compares in that type.
     const double l = lo ? lo->value_as_double(0) : -std::numeric_limits<double>::infinity();
     const double h = hi ? hi->value_as_double(0) : std::numeric_limits<double>::infinity();
     pointwise_grad(info_, ctx, [l, h](auto g, auto x) {
-      return static_cast<double>(x) >= l && static_cast<double>(x) <= h ? g : decltype(g)(0);
+      using T = decltype(x);
+      return x >= static_cast<T>(l) && x <= static_cast<T>(h) ? g : T(0);
     });
   }
 
