@@ -17,34 +17,11 @@ const char* const kDomain = "com.onnx-mirror";
 // ---- strided accumulation ------------------------------------------------------------------
 
 // out[sum_d idx[d] * ostrides[d]] += in[i] for every i, walking contiguous `in` over `shape`.
-// Stride-0 dimensions are summed over; size-1 dimensions are dropped and dimensions that stay
-// contiguous in `out` are merged, so the inner loop is a plain sum or a vector add.
+// Stride-0 dimensions are summed over; row by row (Note [Strided rows] in cpu_backend.h), so
+// the inner loop is a plain sum or a vector add.
 template <class T>
 void accumulate_strided(T* out, const T* in, const Shape& shape, const std::vector<int64_t>& ostrides) {
-  Shape s;
-  std::vector<int64_t> st;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) return;
-    if (shape[i] == 1) continue;
-    if (!s.empty() && st.back() == ostrides[i] * shape[i]) {
-      s.back() *= shape[i];
-      st.back() = ostrides[i];
-    } else {
-      s.push_back(shape[i]);
-      st.push_back(ostrides[i]);
-    }
-  }
-  if (s.empty()) {
-    *out += *in;
-    return;
-  }
-  const int64_t r = static_cast<int64_t>(s.size());
-  const int64_t n = s[r - 1];
-  const int64_t stride = st[r - 1];
-  const int64_t outer = shape_numel(s) / n;
-  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
-  int64_t off = 0;
-  for (int64_t o = 0; o < outer; ++o, in += n) {
+  for_each_strided_row(shape, ostrides, [&](int64_t off, int64_t n, int64_t stride) {
     T* dst = out + off;
     if (stride == 0) {
       T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -62,15 +39,9 @@ void accumulate_strided(T* out, const T* in, const Shape& shape, const std::vect
     } else {
       for (int64_t j = 0; j < n; ++j) dst[j * stride] += in[j];
     }
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += st[d];
-      if (++idx[d] < s[d]) break;
-      off -= st[d] * s[d];
-      idx[d] = 0;
-    }
-  }
+    in += n;
+  });
 }
-
 
 // ---- SumToShape(grad, like) -> grad summed over the dimensions broadcast to reach its shape ----
 

@@ -38,34 +38,10 @@ inline void require_rank1(const KernelInfo& info, const Tensor& x) {
 }
 
 // Copies the strided view of `in` (element strides per dimension, possibly 0 or negative) of
-// `shape` into contiguous `out`. Size-1 dimensions are dropped and dimensions that are
-// contiguous in the input are merged, so the inner loop is as long as possible.
+// `shape` into contiguous `out`, row by row (Note [Strided rows] in cpu_backend.h).
 template <class T>
 void strided_copy(T* out, const T* in, const Shape& shape, const std::vector<int64_t>& strides) {
-  Shape s;
-  std::vector<int64_t> st;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) return;
-    if (shape[i] == 1) continue;
-    if (!s.empty() && st.back() == strides[i] * shape[i]) {
-      s.back() *= shape[i];
-      st.back() = strides[i];
-    } else {
-      s.push_back(shape[i]);
-      st.push_back(strides[i]);
-    }
-  }
-  if (s.empty()) {
-    *out = *in;
-    return;
-  }
-  const int64_t r = static_cast<int64_t>(s.size());
-  const int64_t n = s[r - 1];
-  const int64_t stride = st[r - 1];
-  const int64_t outer = shape_numel(s) / n;
-  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
-  int64_t off = 0;
-  for (int64_t o = 0; o < outer; ++o) {
+  for_each_strided_row(shape, strides, [&](int64_t off, int64_t n, int64_t stride) {
     const T* src = in + off;
     if (stride == 1) {
       std::memcpy(out, src, static_cast<size_t>(n) * sizeof(T));
@@ -75,13 +51,7 @@ void strided_copy(T* out, const T* in, const Shape& shape, const std::vector<int
       for (int64_t j = 0; j < n; ++j) out[j] = src[j * stride];
     }
     out += n;
-    for (int64_t d = r - 2; d >= 0; --d) {
-      off += st[d];
-      if (++idx[d] < s[d]) break;
-      off -= st[d] * s[d];
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 // Calls fn(p) with p the indices' data as const int32_t* or const int64_t*.
