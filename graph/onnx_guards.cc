@@ -100,7 +100,9 @@ void check_converter_preconditions(const onnx::GraphProto& g, int64_t opset, con
 // LayerNormalization's axis 2^63 - 1 became -1 and a protobuf index (SIGSEGV, also fuzzing);
 // and a declared negative dimension or a `group` below 1, which crashed Conv's (SIGSEGV), or
 // Attention's kv_num_heads 0 (a division by zero);
-// and Split's num_outputs other than its outputs (2^40 of them were allocated).
+// and Split's num_outputs other than its outputs (2^40 of them were allocated);
+// and a stride, dilation or kernel size below 1, which Conv's divides by (a stride of 0 was
+// a SIGFPE, found by fuzzing on CI's machine).
 constexpr int64_t kMaxShapeLength = 1024;
 
 void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& source) {
@@ -135,6 +137,10 @@ void check_shape_like_inputs(const onnx::GraphProto& g, const std::string& sourc
       OMT_CHECK(a.name() != "num_outputs" || a.type() != onnx::AttributeProto::INT || a.i() == n.output_size(),
                 kModel, "'", source, "': ", n.op_type(), " node '", node_label(n, i), "' has num_outputs ", a.i(),
                 " but ", n.output_size(), " outputs");
+      if (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")
+        for (int64_t v : a.ints())
+          OMT_CHECK(v >= 1, kModel, "'", source, "': ", n.op_type(), " node '", node_label(n, i), "' has ",
+                    a.name(), " ", v, "; each must be at least 1");
       if (a.name() != "axis" && a.name() != "axes") continue;
       std::vector<int64_t> values(a.ints().begin(), a.ints().end());
       if (a.type() == onnx::AttributeProto::INT) values.push_back(a.i());

@@ -120,6 +120,20 @@ TEST(OnnxFuzzFindings, ZeroHeadCountIsAModelError) {
   }
 }
 
+// ONNX's Conv node test with strides [2, 0]; Conv's shape inference divided by the 0
+// (SIGFPE). Found by the seeded CTest run on CI's machine, whose corpus order differs.
+TEST(OnnxFuzzFindings, StrideBelowOneIsAModelError) {
+  const std::string path = test::source_path("tests/fuzz/corpus/onnx/crash_conv_stride_0.onnx");
+  try {
+    parse_onnx(read_file_bytes(path), "crash.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'crash.onnx'", "Conv node", "strides 0", "at least 1"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 // Note [Data propagation budget] in graph/onnx_guards.cc: ONNX's data propagation holds one
 // dimension per element of a 1-D tensor it reads. An Unsqueeze node test with its input also
 // declared as an output of length 2^63 - 1 (found by the seeded CTest run in CI), Squeeze at
