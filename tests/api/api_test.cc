@@ -141,6 +141,9 @@ TEST(ApiTest, TwoModelsInOneProcessDoNotInterfere) {
   const Tensor x = images(5, 3);
   const Tensor a0 = a.predict(x), b0 = b.predict(x);
   ASSERT_TRUE(same_bits(a0, b0));
+  // On 2 replicas the kernels see shards, which they may sum in another order than the whole
+  // batch (to float32 rounding); the same split gives the same bits.
+  const Tensor b0_split = b.predict(x, 2);
 
   TrainerOptions o;
   o.lr = 0.1f;
@@ -150,7 +153,7 @@ TEST(ApiTest, TwoModelsInOneProcessDoNotInterfere) {
   std::thread train([&] {
     for (int s = 0; s < 5; ++s) ta.step(images(8, 20 + s), labels(8, s));
   });
-  for (int i = 0; i < 5; ++i) EXPECT_TRUE(same_bits(b0, b.predict(x, 2)));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(same_bits(b0_split, b.predict(x, 2)));
   train.join();
   EXPECT_TRUE(same_bits(b0, b.predict(x)));
   EXPECT_GT(max_abs_diff(a0, a.predict(x)), 1e-4f);

@@ -157,7 +157,9 @@ TEST(ModernExportTrainMode, TrainedModelIsAnInferenceModel) {
   std::memcpy(row.raw(), x.raw(), row.nbytes());
   first.set("input", row);
   const Tensor one = session.run(first).at("logits");
-  for (int64_t j = 0; j < one.numel(); ++j) EXPECT_FLOAT_EQ(one.data<float>()[j], all.data<float>()[j]);
+  // To float32 rounding: oneDNN's kernels block a batch of one row otherwise than the whole.
+  for (int64_t j = 0; j < one.numel(); ++j)
+    EXPECT_NEAR(one.data<float>()[j], all.data<float>()[j], 1e-6 + 1e-5 * std::abs(all.data<float>()[j]));
 }
 
 // The mirroring invariant on today's exports, several inputs (BERT) and token-level labels

@@ -25,7 +25,11 @@ TEST_P(ReferenceModels, MatchPyTorchLogits) {
   EXPECT_TRUE(test::tensors_close(s.run(feeds).at("logits"), ref.at("logits"), 1e-4, 1e-5));
 }
 
-TEST_P(ReferenceModels, ReplicasGiveIdenticalOutputs) {
+// Not bit for bit: oneDNN's float32 GEMM and convolution kernels choose their blocking by the
+// row count, and on AVX2 (this week's machine) a shard of 32 rows sums in another order than
+// the whole batch of 64, so the outputs agree to float32 rounding (AVX-512 machines gave
+// identical bits).
+TEST_P(ReferenceModels, ReplicasGiveTheOneReplicaOutputs) {
   const std::string name = GetParam();
   const NamedTensors ref = read_npz(test::source_path("models/reference/" + name + "_predict.npz"));
   NamedTensors feeds;
@@ -37,7 +41,7 @@ TEST_P(ReferenceModels, ReplicasGiveIdenticalOutputs) {
     Predictor p(model, replicas);
     const Tensor got = p.run(feeds).at("logits");
     EXPECT_EQ(got.shape(), (Shape{64, 10})) << replicas << " replicas";
-    EXPECT_TRUE(test::tensors_identical(got, want)) << replicas << " replicas";
+    EXPECT_TRUE(test::tensors_close(got, want, 1e-5, 1e-6)) << replicas << " replicas";
   }
 }
 
