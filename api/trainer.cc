@@ -189,6 +189,10 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
     t.mirror.overlap = options.overlap;
     t.mirror.clip_grad_norm = options.clip_grad_norm;
     t.mirror.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+    t.mirror.session.precision = omt::parse_math_precision(options.precision, "the precision (--precision)");
+    // Refused here, before joining a world, rather than when the first step builds the replicas.
+    if (t.mirror.session.precision != omt::MathPrecision::kFloat32)
+      omt::get_backend(options.device)->check_precision(t.mirror.session.precision);
     if (options.join_world) {
       omt::RendezvousConfig rc = omt::rendezvous_from_env();
       rc.timeout = t.mirror.timeout;
@@ -364,6 +368,7 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
     omt::SessionOptions so;
     so.num_threads = std::max(1, t.options.threads_per_replica);
     so.device = t.options.device;
+    so.precision = t.mirror.session.precision;
     omt::TrainingSpec spec = t.spec;
     spec.loss = t.loss_for(to_internal(labels), "the labels");  // Note [Default loss]
     omt::Trainer single(t.model->model, spec, so);

@@ -16,6 +16,19 @@ const Tensor& KernelContext::in(int i) const {
   return *t;
 }
 
+MathPrecision parse_math_precision(const std::string& name, const std::string& what) {
+  if (name == "fp32" || name == "float32") return MathPrecision::kFloat32;
+  if (name == "bf16" || name == "bfloat16") return MathPrecision::kBFloat16;
+  OMT_FAIL(kInvalidArgument, what, " is '", name, "'; use fp32 or bf16 (Note [Math precision])");
+}
+
+const char* math_precision_name(MathPrecision p) { return p == MathPrecision::kBFloat16 ? "bf16" : "fp32"; }
+
+void Backend::check_precision(MathPrecision p) const {
+  OMT_CHECK(p == MathPrecision::kFloat32, kUnsupported, "precision ", math_precision_name(p), " is not available on the ",
+            name(), " backend, which computes in float32 only; use --precision fp32 (the default)");
+}
+
 Tensor Backend::allocate(DType dtype, const Shape& shape) { return Tensor::empty(dtype, shape); }
 
 // ---- memory movement: the CPU implementations (memcpy), overridden by device backends -------

@@ -13,6 +13,20 @@
 
 namespace omt {
 
+// Note [Math precision] (docs/ARCHITECTURE.md): what float32 matrix products compute in. kFloat32 everywhere by
+// default. kBFloat16 (`--precision bf16`, TrainerOptions::precision) is mixed precision as
+// torch.autocast(dtype=torch.bfloat16) does it on the CPU, with float32 outputs: the kernels
+// of convolutions and matrix products (Conv, FusedConv, ConvGrad, MatMul, Gemm, MatMulGrad)
+// round their float32 operands to bfloat16 and accumulate in float32 (Einsum, Attention and
+// the recurrent ops stay float32 so far); every tensor stays
+// float32, so parameters (the master weights), gradients, reductions, the normalisations,
+// the loss and the optimizer state are float32 as before. Backend::check_precision refuses
+// what the device cannot do (on the CPU: bfloat16 without AVX512-BF16 or AMX).
+enum class MathPrecision { kFloat32, kBFloat16 };
+// "fp32" or "bf16" (also "float32", "bfloat16"); kInvalidArgument naming `what` otherwise.
+MathPrecision parse_math_precision(const std::string& name, const std::string& what);
+const char* math_precision_name(MathPrecision p);  // "fp32", "bf16"
+
 // What a kernel may know about its node when it is created.
 struct KernelInfo {
   std::string op_type;
@@ -27,6 +41,7 @@ struct KernelInfo {
   std::vector<const Tensor*> constant_inputs;
   // Number of threads the kernel may use (the replica's share of the cores).
   int num_threads = 1;
+  MathPrecision precision = MathPrecision::kFloat32;  // Note [Math precision]
 
   const AttributeMap& attr() const { return *attrs; }
   std::string where() const;  // "node 'fc1' (Gemm)"
@@ -97,6 +112,9 @@ class Backend {
   virtual bool supports(const std::string& domain, const std::string& op_type) const = 0;
   // Creates the kernel for one node; throws kUnsupported naming the op and node when absent.
   virtual std::unique_ptr<OpKernel> create_kernel(const KernelInfo& info) const = 0;
+  // Throws kUnsupported, saying why and what to use instead, when this backend's kernels
+  // cannot compute in `p` (Note [Math precision]); by default only kFloat32 is possible.
+  virtual void check_precision(MathPrecision p) const;
   // Uninitialised memory for a value of this backend (KernelContext::output's storage): host
   // memory by default, device memory from the backend's caching arena on a GPU. Not
   // thread-safe across replicas sharing one Backend instance unless the backend says so.

@@ -3,7 +3,7 @@
 train, side by side in one run.
 
     /usr/bin/python3 bench/realistic_bench.py [--build build] [--models resnet18,mobilenet_v2,bert_mini,mlp,cnn]
-        [--repeats 3] [--steps 30] [--markdown table.md] [--work DIR]
+        [--repeats 3] [--steps 30] [--markdown table.md] [--work DIR] [--bf16 resnet18,...]
 
 Re-executes itself in the PyPI venv of scripts/omt_venv.py (torch, torchvision, transformers).
 For each model it builds the torch module (seed 0), exports it with torch's default (dynamo)
@@ -16,7 +16,9 @@ are off so the losses are comparable.
 
 Configurations: ours 1 replica x 1 thread, 2 replicas x 1 thread, 2 processes x 1 replica
 (Gloo over loopback); PyTorch 1 process x 1 thread, 1 x 2 threads, DDP 2 processes x 1 thread
-(Gloo). Every configuration is a fresh process and runs --repeats times, round-robin (A B C ...
+(Gloo). With --bf16 MODELS, those models also run ours with --precision bf16 (1 and 2 replicas)
+and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) (1 x 2 threads, DDP 2 x 1), and a
+second ratio table compares them. Every configuration is a fresh process and runs --repeats times, round-robin (A B C ...
 A B C ...) so that drift of the shared machine hits all alike; a row is the run with the
 median samples/s, and every run's samples/s is listed.
 
@@ -138,14 +140,14 @@ def prepare(name, work, steps):
 
 # ---- onnx-mirror ---------------------------------------------------------------------------
 
-def run_ours(args, name, onnx_path, data_path, replicas, nproc):
+def run_ours(args, name, onnx_path, data_path, replicas, nproc, precision="fp32"):
     batch = MODELS[name][0]
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "run.jsonl")
         cmd = [args.cli, "train", onnx_path, "--data", data_path, "--labels", "labels", "--steps", str(args.steps),
                "--global-batch", str(batch), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM),
                "--replicas", str(replicas), "--nproc", str(nproc), "--threads", "1", "--no-shuffle",
-               "--metrics", metrics]
+               "--metrics", metrics, "--precision", precision]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode != 0:
             raise SystemExit("onnx-mirror failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stdout[-3000:]))
@@ -156,8 +158,9 @@ def run_ours(args, name, onnx_path, data_path, replicas, nproc):
     step_s = statistics.median(s["seconds"] for s in warm)
     world = replicas * nproc
     return {"framework": "onnx-mirror",
-            "config": "%d replica%s x 1 thread%s" % (world, "s" if world > 1 else "",
-                                                   " (%d processes, gloo)" % nproc if nproc > 1 else ""),
+            "config": "%d replica%s x 1 thread%s%s" % (world, "s" if world > 1 else "",
+                                                     " (%d processes, gloo)" % nproc if nproc > 1 else "",
+                                                     ", bf16" if precision == "bf16" else ""),
             "cores": world, "samples_per_s": batch / step_s,
             "split": "compute %.1f, exposed reduction %.1f" % (statistics.median(s["compute_ms"] for s in warm),
                                                                statistics.median(s["exposed_comm_ms"] for s in warm)),
@@ -184,6 +187,7 @@ def torch_worker(argv):
     p.add_argument("--model"), p.add_argument("--work"), p.add_argument("--steps", type=int)
     p.add_argument("--threads", type=int), p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=1), p.add_argument("--port", type=int, default=0)
+    p.add_argument("--bf16", action="store_true")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     name, batch = a.model, MODELS[a.model][0]
@@ -208,7 +212,11 @@ def torch_worker(argv):
         feeds, labels = [x[rows] for x in xs], y[rows]
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(net(*feeds), labels)
+        if a.bf16:  # mixed precision as torch documents it for the CPU
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(net(*feeds), labels)
+        else:
+            loss = F.cross_entropy(net(*feeds), labels)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -231,9 +239,11 @@ def torch_worker(argv):
                       "rss_mb": peak_rss_mb()}), flush=True)
 
 
-def run_torch(args, name, work, threads, world):
+def run_torch(args, name, work, threads, world, precision="fp32"):
     base = [sys.executable, os.path.abspath(__file__), "--torch-worker", "--model", name, "--work", work,
             "--steps", str(args.steps), "--threads", str(threads), "--world", str(world)]
+    if precision == "bf16":
+        base.append("--bf16")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if world == 1:
         procs = [subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)]
@@ -252,8 +262,8 @@ def run_torch(args, name, work, threads, world):
         outs.append(json.loads(out.strip().splitlines()[-1]))
     j = outs[0]
     return {"framework": "PyTorch %s" % __import__("torch").__version__.split("+")[0],
-            "config": "DDP %d processes x 1 thread" % world if world > 1 else "1 process x %d thread%s" % (
-                threads, "s" if threads > 1 else ""),
+            "config": ("DDP %d processes x 1 thread" % world if world > 1 else "1 process x %d thread%s" % (
+                threads, "s" if threads > 1 else "")) + (", bf16 autocast" if precision == "bf16" else ""),
             "cores": threads * world, "samples_per_s": MODELS[name][0] / j["step_s"],
             "split": "forward %.1f, backward %.1f, update %.1f" % (j["forward_ms"], j["backward_ms"], j["update_ms"]),
             "rss_mb": max(o["rss_mb"] for o in outs), "loss": j["loss"]}
@@ -290,6 +300,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--markdown", default="")
     ap.add_argument("--work", default="")
+    ap.add_argument("--bf16", default="", help="models that also run in bf16: ours --precision bf16 (1 and 2 "
+                    "replicas), PyTorch under bf16 autocast (1 x 2 threads, DDP 2 x 1)")
     args = ap.parse_args()
     args.build = os.path.abspath(args.build)
     args.cli = os.path.join(args.build, "tools", "onnx-mirror-train")
@@ -299,15 +311,19 @@ def main():
     warnings.filterwarnings("ignore")
     started, loads = time.time(), [load_average()]
     peak = [peaks(args)]
-    lines, ratios = [], []
+    lines, ratios, bf16_ratios = [], [], []
     for name in args.models.split(","):
         onnx_path, data_path, flops = prepare(name, work, args.steps)
-        configs = [("ours", 1, 1), ("ours", 2, 1), ("ours", 1, 2), ("torch", 1, 1), ("torch", 2, 1), ("torch", 1, 2)]
+        configs = [("ours", 1, 1, "fp32"), ("ours", 2, 1, "fp32"), ("ours", 1, 2, "fp32"),
+                   ("torch", 1, 1, "fp32"), ("torch", 2, 1, "fp32"), ("torch", 1, 2, "fp32")]
+        bf16 = name in args.bf16.split(",")
+        if bf16:
+            configs += [("ours", 1, 1, "bf16"), ("ours", 2, 1, "bf16"), ("torch", 2, 1, "bf16"), ("torch", 1, 2, "bf16")]
         runs = {}
         for rep in range(args.repeats):
-            for kind, a, b in configs:
-                r = run_ours(args, name, onnx_path, data_path, a, b) if kind == "ours" else \
-                    run_torch(args, name, work, a, b)
+            for kind, a, b, precision in configs:
+                r = run_ours(args, name, onnx_path, data_path, a, b, precision) if kind == "ours" else \
+                    run_torch(args, name, work, a, b, precision)
                 runs.setdefault((r["framework"], r["config"]), []).append(r)
                 print(json.dumps({"model": name, **r}), file=sys.stderr, flush=True)
         rows = []
@@ -331,7 +347,16 @@ def main():
                 r["framework"], r["config"], r["samples_per_s"], " / ".join("%.0f" % v for v in r["runs"]),
                 r["split"], r["rss_mb"], r["loss"], pct))
         ours = {r["config"]: r for r in rows if r["framework"] == "onnx-mirror"}
-        theirs = [r for r in rows if r["framework"] != "onnx-mirror"]
+        theirs = [r for r in rows if r["framework"] != "onnx-mirror" and "bf16" not in r["config"]]
+        if bf16:
+            theirs16 = [r for r in rows if r["framework"] != "onnx-mirror" and "bf16" in r["config"]]
+            best16 = max(theirs16, key=lambda r: r["samples_per_s"])
+            two16 = ours["2 replicas x 1 thread, bf16"]
+            bf16_ratios.append("| %s | %.2fx | %.2fx | %.2fx (%s) | %.2fx |" % (
+                name, two16["samples_per_s"] / ours["2 replicas x 1 thread"]["samples_per_s"],
+                ours["1 replica x 1 thread, bf16"]["samples_per_s"] / ours["1 replica x 1 thread"]["samples_per_s"],
+                two16["samples_per_s"] / best16["samples_per_s"], best16["config"],
+                two16["samples_per_s"] / ours["1 replica x 1 thread, bf16"]["samples_per_s"]))
         best = max(theirs, key=lambda r: r["samples_per_s"])
         two = ours["2 replicas x 1 thread"]
         ratios.append("| %s | %.2fx (%s) | %.2fx | %.2fx |" % (
@@ -347,6 +372,10 @@ def main():
                 " / ".join("%.1f" % p["memcpy_gbs"] for p in peak)))
     text = "\n".join([head] + lines + ["", "| model | ours 2 replicas / PyTorch best (which) | ours 2 replicas / ours 1 "
                                        "| ours 2 processes / PyTorch best |", "|---|---:|---:|---:|"] + ratios)
+    if bf16_ratios:
+        text += "\n".join(["", "", "| model | ours bf16 / ours fp32, 2 replicas | the same, 1 replica | ours bf16 2 replicas "
+                           "/ PyTorch bf16 autocast best (which) | ours bf16 2 replicas / 1 |",
+                           "|---|---:|---:|---:|---:|"] + bf16_ratios)
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:

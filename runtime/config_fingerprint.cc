@@ -117,6 +117,7 @@ ConfigFields trainer_config_fields(const Model& model, const TrainingGraph& tg, 
       {"processes", std::to_string(options.comm ? options.comm->size() : 1)},
       {"replicas per process", std::to_string(options.replicas)},
       {"device", options.session.device},
+      {"--precision", math_precision_name(options.session.precision)},
   };
   for (const auto& extra : options.config_fields) f.push_back(extra);
   return f;

@@ -168,7 +168,8 @@ void FitRun::log_start() {
   log << "training " << tg.params.size() << " parameter tensors on " << trainer.world_size() << " replica(s) ("
       << trainer.local_replicas() << " per process), global batch " << o.global_batch << ", " << spe
       << " steps per epoch, " << trainer.plan().buckets.buckets.size() << " gradient bucket(s)"
-      << (o.mirror.overlap ? "" : ", no overlap") << "\n";
+      << (o.mirror.overlap ? "" : ", no overlap")
+      << (o.mirror.session.precision == MathPrecision::kBFloat16 ? ", bf16 products" : "") << "\n";
   if (!tg.no_decay.empty())
     log << "no weight decay on " << tg.no_decay.size() << " of " << tg.params.size() << " parameter tensors (--no-decay "
         << o.spec.optimizer.no_decay << (o.spec.optimizer.no_decay == "auto" ? ": biases and norm weights" : "") << ")\n";

@@ -180,6 +180,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
   Plan& p = *plan_;
   p.backend = options_.backend ? options_.backend : get_backend(options_.device, options_.device_index);
   p.device_memory = p.backend->device().kind != DeviceKind::kCpu;
+  p.backend->check_precision(options_.precision);
   const Graph& g = model_->graph;
 
   const auto missing = unsupported_ops(g, *p.backend);
@@ -238,6 +239,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     info.num_inputs = static_cast<int>(n.inputs.size());
     info.num_outputs = static_cast<int>(n.outputs.size());
     info.num_threads = options_.num_threads;
+    info.precision = options_.precision;
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const int s = step.outputs[o];
       info.output_used.push_back(s >= 0 && (last_use[s] >= 0 || keep.count(s)));

@@ -17,6 +17,9 @@ struct SessionOptions {
   std::string device = "cpu";
   int device_index = 0;
   int num_threads = 1;  // threads a kernel may use (the replica's share of the cores)
+  // What float32 matrix products compute in (Note [Math precision] in backends/backend.h);
+  // the backend refuses what it cannot do when the Session is built.
+  MathPrecision precision = MathPrecision::kFloat32;
   // When set, the Session runs on this backend instance and ignores device/device_index.
   // Sessions of one replica share one (on a GPU: one stream), so values one produces are
   // ordered before the other's kernels that read them. Used from one thread at a time.

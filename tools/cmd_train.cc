@@ -311,6 +311,8 @@ void register_train(CLI::App& app) {
     sub->add_option("--output", a->output, "GRADS.npz: 'loss' and one array per parameter")->required();
     sub->add_option("--threads", a->threads, "threads")->check(machine_count(true));
     sub->add_option("--device", a->trainer.device, "cpu | cuda (GPU 0)");
+    sub->add_option("--precision", a->trainer.precision, "fp32 | bf16 (convolutions and matrix products in bfloat16)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     set_action(sub, [a] { return run_grad(*a); });
   }
   {
@@ -336,6 +338,10 @@ void register_train(CLI::App& app) {
         ->check(machine_count(false));
     sub->add_option("--collectives", a->trainer.collectives, "gloo | nccl")->check(CLI::IsMember({"gloo", "nccl"}));
     sub->add_option("--device", a->trainer.device, "cpu | cuda (one GPU per replica: --replicas N uses GPUs 0..N-1)");
+    sub->add_option("--precision", a->trainer.precision,
+                    "fp32 | bf16: convolutions and matrix products in bfloat16 with float32 weights, gradients and "
+                    "optimizer state (CPUs with AVX512-BF16 or AMX)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     sub->add_option("--seed", a->fit.seed, "seed of the data order");
     sub->add_flag("--no-shuffle", a->no_shuffle, "keep the data order");
     sub->add_flag("--no-scale", a->no_scale, "do not scale integer pixels to [0,1]");

@@ -114,6 +114,26 @@ omt_bench cnn "$ROOT/models/cnn.onnx" "$OUT/bench.npz"
 omt_bench transformer_d8_seq5 "$ROOT/tests/reference/transformer_op17.onnx" "$OUT/transformer.npz" --loss mse
 omt_bench transformer_d256_seq64 "$ROOT/models/transformer_d256.onnx" "$OUT/transformer_d256.npz" --loss mse
 
+# ---- 3b. --precision bf16 on this machine's CPU (Note [Math precision]) ---------------------------
+# The GPU machines' CPUs may have AVX512-BF16 or AMX, which the development machine lacks: train
+# the CNN on the CPU in fp32 and bf16 and compare throughput and the last loss.
+note "onnx-mirror-train: train --precision fp32 / bf16 on the CPU"
+grep -m1 -oE 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ' || true; echo
+for precision in fp32 bf16; do
+  rc=0
+  timeout 120 "$BUILD/tools/onnx-mirror-train" train "$ROOT/models/cnn.onnx" --data "$OUT/bench.npz" --steps 100 \
+    --global-batch 256 --optimizer sgd --lr 0.01 --replicas 2 --threads 4 --precision "$precision" \
+    >"$OUT/cpu_$precision.log" 2>&1 || rc=$?
+  tail -n 3 "$OUT/cpu_$precision.log"
+  if [[ $rc -ne 0 ]]; then
+    row "onnx-mirror cnn CPU $precision" "FAILED rc $rc: $(grep -m1 -iE 'error|unsupported' "$OUT/cpu_$precision.log" | cut -c1-80)"
+  else
+    rate=$(grep -m1 -oE 'throughput: [0-9]+ samples/s' "$OUT/cpu_$precision.log" | grep -oE '[0-9]+' || echo '?')
+    loss=$(grep -oE 'train loss [0-9.]+' "$OUT/cpu_$precision.log" | tail -1)
+    row "onnx-mirror cnn CPU $precision" "$rate samples/s, $loss"
+  fi
+done
+
 # ---- 4. PyTorch on the same GPU (when this machine's python3 has torch with CUDA) -----------------
 note "PyTorch: CNN and Transformer encoder layers"
 if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

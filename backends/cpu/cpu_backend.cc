@@ -1,6 +1,8 @@
 // The CPU Backend: host memory and the kernels registered by the files of this folder.
 #include "backends/cpu/cpu_backend.h"
 
+#include "backends/cpu/dnnl_util.h"
+
 namespace omt::cpu {
 
 KernelRegistry& cpu_kernel_registry() {
@@ -69,6 +71,12 @@ class CpuBackend : public Backend {
     OMT_CHECK(f != nullptr, kUnsupported, info.where(),
               ": the CPU backend has no kernel for this op");
     return (*f)(info);
+  }
+  void check_precision(MathPrecision p) const override {
+    OMT_CHECK(p != MathPrecision::kBFloat16 || dnnl_has_bf16(), kUnsupported,
+              "precision bf16 needs a CPU with the AVX512-BF16 or AMX instructions, and oneDNN sees ",
+              dnnl_isa_name(), " here (or ONEDNN_MAX_CPU_ISA limits it), where it has no bfloat16 "
+              "convolutions or matrix products. Use --precision fp32 (the default)");
   }
 };
 

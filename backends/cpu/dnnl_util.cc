@@ -1,6 +1,8 @@
 // oneDNN helpers shared by the CPU kernels: engine, per-thread stream, descriptors, sgemm.
 #include "backends/cpu/dnnl_util.h"
 
+#include <cstring>
+
 // OpenMP's per-thread team size, looked up weakly: oneDNN loads the OpenMP runtime, but this
 // library does not link it directly (Note [oneDNN threads] below).
 extern "C" void omp_set_num_threads(int) __attribute__((weak));
@@ -82,6 +84,99 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                                       lda, b, ldb, beta, c, ldc);
   OMT_CHECK(st == dnnl_success, kInternal, "dnnl_sgemm failed with status ", static_cast<int>(st),
             " for M=", m, " N=", n, " K=", k);
+}
+
+bool dnnl_has_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;  // the ISA values are nested bit sets; AMX contains it
+}
+
+std::string dnnl_isa_name() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::sse41: return "sse41";
+    case isa::avx: return "avx";
+    case isa::avx2: return "avx2";
+    case isa::avx512_mic: return "avx512_mic";
+    case isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case isa::avx512_core: return "avx512_core";
+    case isa::avx512_core_vnni: return "avx512_core_vnni";
+    case isa::avx512_core_bf16: return "avx512_core_bf16";
+    case isa::avx512_core_amx: return "avx512_core_amx";
+    case isa::avx2_vnni: return "avx2_vnni";
+    default: return str_cat("isa ", static_cast<unsigned>(dnnl::get_effective_cpu_isa()));
+  }
+}
+
+namespace {
+
+// One bfloat16 GEMM shape: the operands' reorders into bfloat16 and the matmul.
+struct Bf16Gemm {
+  dnnl::memory user_a, user_b, a16, b16, c, scratchpad;
+  dnnl::reorder to_a16, to_b16;
+  dnnl::matmul mm;
+};
+
+Bf16Gemm make_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                        int64_t ldb, float beta, int64_t ldc) {
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  dnnl::engine& eng = dnnl_engine();
+  return dnnl_try("a bfloat16 GEMM", "its matmul primitive", [&] {
+    Bf16Gemm g;
+    g.user_a = dnnl::memory(md({m, k}, dt::f32, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1}), eng, nullptr);
+    g.user_b = dnnl::memory(md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1}), eng, nullptr);
+    g.a16 = dnnl::memory(md({m, k}, dt::bf16, tag::ab), eng);
+    g.b16 = dnnl::memory(md({k, n}, dt::bf16, tag::ab), eng);
+    g.to_a16 = dnnl::reorder(g.user_a, g.a16);
+    g.to_b16 = dnnl::reorder(g.user_b, g.b16);
+    const md c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(g.a16.get_desc(), g.b16.get_desc(), c_md),
+                                          user_scratchpad_attr(attr), eng);
+    g.mm = dnnl::matmul(pd);
+    g.c = dnnl::memory(c_md, eng, nullptr);
+    g.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+    return g;
+  });
+}
+
+}  // namespace
+
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  if (m == 0 || n == 0 || k == 0) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Per thread: a replica's kernels run on its own thread, and a kernel's few shapes repeat
+  // every step (attention's per-head products, MatMulGrad's per-batch ones).
+  thread_local ShapeCache<Bf16Gemm> cache(64);
+  // alpha and beta are part of the primitive (an output scale and a sum post-op).
+  uint32_t alpha_bits = 0, beta_bits = 0;
+  std::memcpy(&alpha_bits, &alpha, sizeof alpha);
+  std::memcpy(&beta_bits, &beta, sizeof beta);
+  const std::vector<int64_t> key = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha_bits, beta_bits};
+  Bf16Gemm* g = cache.find(key);
+  if (g == nullptr) g = &cache.insert(key, make_bf16_gemm(trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc));
+  dnnl::stream& st = dnnl_stream();
+  g->user_a.set_data_handle(const_cast<float*>(a));
+  g->user_b.set_data_handle(const_cast<float*>(b));
+  g->c.set_data_handle(c);
+  g->to_a16.execute(st, g->user_a, g->a16);
+  g->to_b16.execute(st, g->user_b, g->b16);
+  g->mm.execute(st, {{DNNL_ARG_SRC, g->a16}, {DNNL_ARG_WEIGHTS, g->b16}, {DNNL_ARG_DST, g->c},
+                     {DNNL_ARG_SCRATCHPAD, g->scratchpad}});
+  st.wait();
 }
 
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/backend.h"
 #include "common/tensor.h"
 
 namespace omt::cpu {
@@ -85,6 +86,17 @@ inline void append_key(std::vector<int64_t>& key, const Shape& shape) {
   key.insert(key.end(), shape.begin(), shape.end());
 }
 
+// ---- bfloat16 products (Note [Math precision] in backends/backend.h) ----------------------
+// Whether oneDNN runs bfloat16 natively here (AVX512-BF16, AMX): its effective ISA, which
+// ONEDNN_MAX_CPU_ISA may lower.
+bool dnnl_has_bf16();
+// The oneDNN ISA in effect, for messages ("avx512_core_bf16", "avx2", ...).
+std::string dnnl_isa_name();
+// The data type a kernel's float32 products use under `p`.
+inline dnnl::memory::data_type math_type(MathPrecision p) {
+  return p == MathPrecision::kBFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
 // C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major with leading dimensions.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -93,13 +105,23 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
            const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
            int64_t ldc);
+// sgemm with op(A) and op(B) rounded to bfloat16 and float32 accumulation, on a oneDNN
+// matmul primitive kept per shape for the calling thread (each replica has its own).
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc);
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                 MathPrecision p = MathPrecision::kFloat32) {
+  if (p == MathPrecision::kBFloat16)
+    sgemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+// float64 products stay float64 whatever the precision.
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                  const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
-                 double* c, int64_t ldc) {
+                 double* c, int64_t ldc, MathPrecision = MathPrecision::kFloat32) {
   dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -95,6 +95,13 @@ struct TrainerOptions {
   // are downloaded in place, so predict sees them. (Built and tested to compile here; not
   // yet run on a GPU.)
   std::string device = "cpu";
+  // What convolutions and matrix products compute in: "fp32", or "bf16" (mixed precision as
+  // torch.autocast(dtype=torch.bfloat16): bfloat16 operands, float32 accumulation, float32
+  // master weights, gradients, reductions and optimizer state; Note [Math precision] in
+  // backends/backend.h). bf16 is kUnsupported on CPUs without AVX512-BF16 or AMX, and on GPUs
+  // so far. fit's validation computes in the same precision (as Hugging Face's Trainer
+  // evaluates under autocast); Model::predict and the eval command in fp32.
+  std::string precision = "fp32";
   // Several processes: with join_world the constructor joins world_from_environment()
   // through `collectives` ("gloo" or "nccl"), blocking until every rank has arrived. Every
   // process then builds its Trainer and calls fit with the same options; replicas counts

@@ -28,9 +28,11 @@ inline Tensor random_f64(const Shape& shape, uint64_t seed, float lo = -1.f, flo
   return to_f64(random_tensor(shape, seed, lo, hi));
 }
 
-// Outputs of one node (inputs x0, x1 ...; Tensor() leaves an optional input out) on the CPU.
+// Outputs of one node (inputs x0, x1 ...; Tensor() leaves an optional input out) on the CPU,
+// its products computed in `precision` (Note [Math precision] in backends/backend.h).
 inline std::vector<Tensor> run_node(const std::string& op, const std::string& domain, const AttributeMap& attrs,
-                                    const std::vector<Tensor>& inputs, int num_outputs = 1, int64_t opset = 23) {
+                                    const std::vector<Tensor>& inputs, int num_outputs = 1, int64_t opset = 23,
+                                    MathPrecision precision = MathPrecision::kFloat32) {
   Model m;
   m.opsets = {{"", opset}, {"com.onnx-mirror", 1}};
   Node n;
@@ -54,7 +56,9 @@ inline std::vector<Tensor> run_node(const std::string& op, const std::string& do
     m.graph.outputs.push_back(ValueInfo{n.outputs.back(), DType::kUndefined, {}});
   }
   m.graph.nodes.push_back(n);
-  Session s(std::make_shared<const Model>(std::move(m)));
+  SessionOptions so;
+  so.precision = precision;
+  Session s(std::make_shared<const Model>(std::move(m)), so);
   const NamedTensors out = s.run(feeds);
   std::vector<Tensor> result;
   for (int k = 0; k < num_outputs; ++k) result.push_back(out.at("y" + std::to_string(k)));

@@ -110,9 +110,13 @@ class ConvKernel : public OpKernel {
       int64_t macs = x.dim(1) / grp;  // per output element (Note [Thin convolutions])
       for (size_t i = 2; i < w.shape().size(); ++i) macs *= w.dim(static_cast<int64_t>(i));
       const bool thin = macs < kThinConvMacs;
+      // Note [Math precision]: under bf16 the primitive reads X and W as bfloat16 (the reorders
+      // below convert them) and writes float32. Thin convolutions, bound by memory rather than
+      // by multiply-adds, stay float32 on their plain layouts.
+      const auto in_type = thin ? f32 : math_type(info_.precision);
       const dnnl::convolution_forward::desc desc(
           dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-          thin ? user_src : md(dnnl_dims(x.shape()), f32, tag::any), md(dnnl_dims(wshape), f32, tag::any),
+          thin ? user_src : md(dnnl_dims(x.shape()), in_type, tag::any), md(dnnl_dims(wshape), in_type, tag::any),
           bias, thin ? user_dst : md(dnnl_dims(out), f32, tag::any), s, dil, pb, pe);
       dnnl::primitive_attr attr = user_scratchpad_attr();
       // oneDNN's gemm convolution (what thin convolutions get) applies an eltwise post-op

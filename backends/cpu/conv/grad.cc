@@ -1,7 +1,8 @@
 // ConvGrad(dY, X, W) -> dX, dW, dB for Conv with the forward's attributes (1-D to 3-D,
 // groups, strides, pads, dilations, auto_pad). float32 runs on oneDNN's backward-data and
 // backward-weights primitives, created once per shape with their layout reorders; dB is a
-// plain sum of dY. Only the outputs the graph reads are computed.
+// plain sum of dY. Only the outputs the graph reads are computed. Under bf16 (Note [Math
+// precision]) the primitives read bfloat16 and write float32; the thin path stays float32.
 #include <algorithm>
 #include <cstring>
 
@@ -160,19 +161,24 @@ class ConvGradKernel : public OpKernel {
       const md user_y = dnnl_plain_md(out, DType::kFloat32);
       const md any_x(dnnl_dims(x), f32, tag::any), any_w(dnnl_dims(wshape), f32, tag::any),
           any_y(dnnl_dims(out), f32, tag::any);
+      // Note [Math precision]: under bf16 the primitives read X, W and dY as bfloat16 and
+      // write dX and dW in float32.
+      const auto in_type = math_type(info_.precision);
+      const md in_x(dnnl_dims(x), in_type, tag::any), in_w(dnnl_dims(wshape), in_type, tag::any),
+          in_y(dnnl_dims(out), in_type, tag::any);
       dnnl::memory::dims dil;
       for (int64_t v : d) dil.push_back(v - 1);
       dnnl::engine& eng = dnnl_engine();
       const dnnl::convolution_forward::primitive_desc hint(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, any_x, any_w, any_y,
+                                          dnnl::algorithm::convolution_direct, in_x, in_w, any_y,
                                           s, dil, pb, pe),
           eng);
       ConvBackward e;
       if (want_dx) {
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any_x,
-                                                  any_w, any_y, s, dil, pb, pe),
+                                                  in_w, in_y, s, dil, pb, pe),
             user_scratchpad_attr(), eng, hint);
         e.data_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.data = dnnl::convolution_backward_data(pd);
@@ -183,8 +189,8 @@ class ConvGradKernel : public OpKernel {
       }
       if (want_dw) {
         const dnnl::convolution_backward_weights::primitive_desc pd(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any_x,
-                                                     any_w, any_y, s, dil, pb, pe),
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, in_x,
+                                                     any_w, in_y, s, dil, pb, pe),
             user_scratchpad_attr(), eng, hint);
         e.wei_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.weights = dnnl::convolution_backward_weights(pd);

@@ -1,6 +1,7 @@
 // MatMul (numpy batched broadcasting, 1-D operands) and Gemm (transA/transB, alpha, beta,
 // broadcast C). float32 runs on oneDNN matmul with primitives cached per input-shape
-// signature; other numeric dtypes use a plain loop.
+// signature (its products in bfloat16 under Note [Math precision]); other numeric dtypes use
+// a plain loop.
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
@@ -75,44 +76,68 @@ void matmul_loop(const MatMulShape& s, const T* a, const T* b, T* y) {
   }
 }
 
-// A oneDNN matmul with its memory objects; data handles are rebound on every run.
+// A oneDNN matmul with its memory objects; data handles are rebound on every run. Under bf16
+// (Note [Math precision]) A and B are reordered into bfloat16 copies the primitive reads.
 struct DnnlMatMul {
   dnnl::matmul prim;
   dnnl::memory src, wei, dst, bias;
+  dnnl::memory src16, wei16;  // bf16: the primitive's operands
+  dnnl::reorder to_src16, to_wei16;
   dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
-  bool has_bias = false;
+  bool has_bias = false, bf16 = false;
 
   void run(const void* a, const void* b, void* y, const void* c, int num_threads) {
     src.set_data_handle(const_cast<void*>(a));
     wei.set_data_handle(const_cast<void*>(b));
     dst.set_data_handle(y);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
+    dnnl_set_num_threads(num_threads);
+    dnnl::stream& st = dnnl_stream();
+    if (bf16) {
+      to_src16.execute(st, src, src16);
+      to_wei16.execute(st, wei, wei16);
+    }
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, bf16 ? src16 : src},
+                                               {DNNL_ARG_WEIGHTS, bf16 ? wei16 : wei},
+                                               {DNNL_ARG_DST, dst},
+                                               {DNNL_ARG_SCRATCHPAD, scratchpad}};
     if (has_bias) {
       bias.set_data_handle(const_cast<void*>(c));
       args.emplace(DNNL_ARG_BIAS, bias);
     }
-    dnnl_set_num_threads(num_threads);
-    prim.execute(dnnl_stream(), args);
-    dnnl_stream().wait();
+    prim.execute(st, args);
+    st.wait();
   }
 };
 
 DnnlMatMul make_matmul(const std::string& where, const dnnl::memory::desc& src,
                        const dnnl::memory::desc& wei, const dnnl::memory::desc& dst,
-                       const dnnl::memory::desc* bias, const dnnl::primitive_attr& attr) {
+                       const dnnl::memory::desc* bias, const dnnl::primitive_attr& attr,
+                       MathPrecision precision) {
   return dnnl_try(where, "a matmul primitive", [&] {
     DnnlMatMul m;
-    const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(src, wei, *bias, dst)
-                                      : dnnl::matmul::desc(src, wei, dst);
-    const dnnl::matmul::primitive_desc pd(d, user_scratchpad_attr(attr), dnnl_engine());
+    dnnl::engine& eng = dnnl_engine();
+    m.bf16 = precision == MathPrecision::kBFloat16;
+    auto bf16_of = [](const dnnl::memory::desc& d) {
+      const dnnl::memory::dims dims = d.dims();
+      return dnnl::memory::desc(dims, dnnl::memory::data_type::bf16, dnnl_plain_tag(dims.size()));
+    };
+    const dnnl::memory::desc src_p = m.bf16 ? bf16_of(src) : src, wei_p = m.bf16 ? bf16_of(wei) : wei;
+    const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(src_p, wei_p, *bias, dst)
+                                      : dnnl::matmul::desc(src_p, wei_p, dst);
+    const dnnl::matmul::primitive_desc pd(d, user_scratchpad_attr(attr), eng);
     m.prim = dnnl::matmul(pd);
-    m.scratchpad = dnnl::memory(pd.scratchpad_desc(), dnnl_engine());
-    m.src = dnnl::memory(src, dnnl_engine(), nullptr);
-    m.wei = dnnl::memory(wei, dnnl_engine(), nullptr);
-    m.dst = dnnl::memory(dst, dnnl_engine(), nullptr);
+    m.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+    m.src = dnnl::memory(src, eng, nullptr);
+    m.wei = dnnl::memory(wei, eng, nullptr);
+    m.dst = dnnl::memory(dst, eng, nullptr);
+    if (m.bf16) {
+      m.src16 = dnnl::memory(src_p, eng);
+      m.wei16 = dnnl::memory(wei_p, eng);
+      m.to_src16 = dnnl::reorder(m.src, m.src16);
+      m.to_wei16 = dnnl::reorder(m.wei, m.wei16);
+    }
     if (bias) {
-      m.bias = dnnl::memory(*bias, dnnl_engine(), nullptr);
+      m.bias = dnnl::memory(*bias, eng, nullptr);
       m.has_bias = true;
     }
     return m;
@@ -160,7 +185,7 @@ class MatMulKernel : public OpKernel {
       const int64_t rows = shape_numel(s.batch_a) * s.m;
       return make_matmul(info_.where(), dnnl_plain_md({rows, s.k}, DType::kFloat32),
                          dnnl_plain_md({s.k, s.n}, DType::kFloat32),
-                         dnnl_plain_md({rows, s.n}, DType::kFloat32), nullptr, attr);
+                         dnnl_plain_md({rows, s.n}, DType::kFloat32), nullptr, attr, info_.precision);
     }
     const size_t r = s.batch.size();
     Shape sa = left_pad(s.batch_a, r), sb = left_pad(s.batch_b, r), sy = s.batch;
@@ -172,7 +197,7 @@ class MatMulKernel : public OpKernel {
     sy.push_back(s.n);
     return make_matmul(info_.where(), dnnl_plain_md(sa, DType::kFloat32),
                        dnnl_plain_md(sb, DType::kFloat32), dnnl_plain_md(sy, DType::kFloat32),
-                       nullptr, attr);
+                       nullptr, attr, info_.precision);
   }
 
   KernelInfo info_;
@@ -313,7 +338,7 @@ class GemmKernel : public OpKernel {
       if (row_bias && alpha_ == 1.f && beta_ == 1.f) {
         e.mode = CMode::kBias;
         const dnnl::memory::desc bias({1, n}, dt::f32, dnnl::memory::dims{n, 1});
-        e.mm = make_matmul(info_.where(), src, wei, dst, &bias, attr);
+        e.mm = make_matmul(info_.where(), src, wei, dst, &bias, attr, info_.precision);
         return e;
       }
       e.mode = CMode::kPrefill;
@@ -321,7 +346,7 @@ class GemmKernel : public OpKernel {
       ops.append_sum(beta_);
       attr.set_post_ops(ops);
     }
-    e.mm = make_matmul(info_.where(), src, wei, dst, nullptr, attr);
+    e.mm = make_matmul(info_.where(), src, wei, dst, nullptr, attr, info_.precision);
     return e;
   }
 

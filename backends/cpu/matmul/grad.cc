@@ -1,5 +1,6 @@
 // MatMulGrad (com.onnx-mirror), MatMul's backward: numpy batching, broadcasting and 1-D
 // operands as GEMMs without materialised transposes. Writes only the outputs the graph reads.
+// Under bf16 (Note [Math precision]) the GEMMs multiply in bfloat16.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -61,8 +62,8 @@ class MatMulGradKernel : public OpKernel {
     if (nb_b == 1 && nb_a == nb) {
       // One B for the whole batch: fold the batch into the rows of A and dY.
       const int64_t rows = nb * m;
-      if (da) gemm(false, true, rows, k, n, T(1), dy, n, b, n, T(0), da, k);
-      if (db) gemm(true, false, k, n, rows, T(1), a, k, dy, n, T(0), db, n);
+      if (da) gemm(false, true, rows, k, n, T(1), dy, n, b, n, T(0), da, k, info_.precision);
+      if (db) gemm(true, false, k, n, rows, T(1), a, k, dy, n, T(0), db, n, info_.precision);
       return;
     }
     // Per batch element; an operand broadcast over the batch accumulates its gradient.
@@ -79,8 +80,8 @@ class MatMulGradKernel : public OpKernel {
         ob += idx[i] * sb[i];
       }
       const T* dyi = dy + bi * m * n;
-      if (da) gemm(false, true, m, k, n, T(1), dyi, n, b + ob * k * n, n, T(acc_a ? 1 : 0), da + oa * m * k, k);
-      if (db) gemm(true, false, k, n, m, T(1), a + oa * m * k, k, dyi, n, T(acc_b ? 1 : 0), db + ob * k * n, n);
+      if (da) gemm(false, true, m, k, n, T(1), dyi, n, b + ob * k * n, n, T(acc_a ? 1 : 0), da + oa * m * k, k, info_.precision);
+      if (db) gemm(true, false, k, n, m, T(1), a + oa * m * k, k, dyi, n, T(acc_b ? 1 : 0), db + ob * k * n, n, info_.precision);
       for (int64_t i = static_cast<int64_t>(idx.size()) - 1; i >= 0; --i) {
         if (++idx[i] < d.batch[i]) break;
         idx[i] = 0;

@@ -1,0 +1,121 @@
+// Note [Math precision]: under bf16 the CPU kernels of convolutions and matrix products round
+// their float32 operands to bfloat16 and accumulate in float32. So each one must give what
+// its float32 kernel gives on operands rounded to bfloat16 first (round to nearest even, as
+// torch's .to(torch.bfloat16) rounds), up to float32 summation order, and must differ from
+// the float32 result on the unrounded operands (else it did not compute in bfloat16).
+// Skipped where oneDNN has no native bfloat16 (no AVX512-BF16 or AMX).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/dnnl_util.h"
+#include "tests/ops/kernel_check.h"
+
+namespace omt::test {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+float round_to_bf16(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  u &= 0xFFFF0000u;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+Tensor rounded(const Tensor& t) {
+  Tensor r = t.clone();
+  for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = round_to_bf16(r.data<float>()[i]);
+  return r;
+}
+
+AttributeMap attrs_of(std::initializer_list<std::pair<const char*, Attribute>> kv) {
+  AttributeMap a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+// Runs `op` in bf16 on `inputs`, and in float32 on them and on their bfloat16 roundings (the
+// inputs at `exact` stay as they are: a bias is added in float32); compares output by output.
+void expect_bf16_products(const std::string& op, const std::string& domain, const AttributeMap& attrs,
+                          const std::vector<Tensor>& inputs, int num_outputs, const std::vector<int>& exact = {}) {
+  if (!cpu::dnnl_has_bf16()) GTEST_SKIP() << "oneDNN has no native bfloat16 here (" << cpu::dnnl_isa_name() << ")";
+  std::vector<Tensor> as_bf16;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool keep = !inputs[i].defined() || std::find(exact.begin(), exact.end(), static_cast<int>(i)) != exact.end();
+    as_bf16.push_back(keep ? inputs[i] : rounded(inputs[i]));
+  }
+  const auto bf16 = run_node(op, domain, attrs, inputs, num_outputs, 23, MathPrecision::kBFloat16);
+  const auto fp32 = run_node(op, domain, attrs, inputs, num_outputs);
+  const auto ref = run_node(op, domain, attrs, as_bf16, num_outputs);
+  for (int k = 0; k < num_outputs; ++k) {
+    SCOPED_TRACE(op + " output " + std::to_string(k));
+    ASSERT_EQ(bf16[k].shape(), ref[k].shape());
+    double worst = 0, off_fp32 = 0;
+    for (int64_t i = 0; i < ref[k].numel(); ++i) {
+      const double r = ref[k].data<float>()[i], b = bf16[k].data<float>()[i];
+      worst = std::max(worst, std::abs(b - r) / (1e-3 + std::abs(r)));
+      off_fp32 = std::max(off_fp32, std::abs(b - fp32[k].data<float>()[i]));
+    }
+    EXPECT_LT(worst, 1e-4) << "bf16 is not float32 arithmetic on bfloat16-rounded operands";
+    EXPECT_GT(off_fp32, 1e-4) << "bf16 gave the float32 result: it did not round the operands";
+  }
+}
+
+TEST(Bf16Precision, ConvRoundsXAndWAndAddsTheBiasInFloat32) {
+  const Tensor x = random_tensor({2, 8, 10, 10}, 1), w = random_tensor({16, 8, 3, 3}, 2), b = random_tensor({16}, 3);
+  expect_bf16_products("Conv", "", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {x, w, b}, 1, {2});
+}
+
+TEST(Bf16Precision, GroupedStridedConv) {
+  const Tensor x = random_tensor({3, 12, 9, 9}, 4), w = random_tensor({24, 6, 3, 3}, 5);
+  expect_bf16_products("Conv", "", attrs_of({{"group", int64_t{2}}, {"strides", Ints{2, 2}}}), {x, w}, 1);
+}
+
+TEST(Bf16Precision, ConvGradRoundsDyXAndW) {
+  const Tensor dy = random_tensor({2, 16, 10, 10}, 6), x = random_tensor({2, 8, 10, 10}, 7),
+               w = random_tensor({16, 8, 3, 3}, 8);
+  // dX and dW (dB, a float32 sum of dY, is not asked for).
+  const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
+  expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 2);
+}
+
+TEST(Bf16Precision, MatMulWithABatchOfOneMatrixAndBroadcastBatches) {
+  expect_bf16_products("MatMul", "", {}, {random_tensor({3, 17, 32}, 9), random_tensor({32, 24}, 10)}, 1);
+  expect_bf16_products("MatMul", "", {}, {random_tensor({2, 3, 17, 32}, 11), random_tensor({1, 3, 32, 24}, 12)}, 1);
+}
+
+TEST(Bf16Precision, GemmTransposedWithScaledC) {
+  const Tensor a = random_tensor({40, 30}, 13), b = random_tensor({20, 40}, 14), c = random_tensor({30, 20}, 15);
+  expect_bf16_products("Gemm", "",
+                       attrs_of({{"transA", int64_t{1}}, {"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}}),
+                       {a, b, c}, 1, {2});
+  expect_bf16_products("Gemm", "", attrs_of({{"transB", int64_t{1}}}),
+                       {random_tensor({8, 64}, 16), random_tensor({10, 64}, 17), random_tensor({10}, 18)}, 1, {2});
+}
+
+TEST(Bf16Precision, MatMulGradRoundsDyAAndB) {
+  expect_bf16_products("MatMulGrad", "com.onnx-mirror", {},
+                       {random_tensor({2, 5, 24}, 19), random_tensor({2, 5, 48}, 20), random_tensor({2, 48, 24}, 21)},
+                       2);
+  expect_bf16_products("MatMulGrad", "com.onnx-mirror", {},
+                       {random_tensor({4, 7, 24}, 22), random_tensor({4, 7, 48}, 23), random_tensor({48, 24}, 24)}, 2);
+}
+
+TEST(Bf16Precision, Float32StaysTheDefault) {
+  const Tensor a = random_tensor({16, 32}, 25), b = random_tensor({32, 8}, 26);
+  const auto y = run_node("MatMul", "", {}, {a, b});
+  for (int64_t i = 0; i < 16; ++i)
+    for (int64_t j = 0; j < 8; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < 32; ++p) s += double(a.data<float>()[i * 32 + p]) * b.data<float>()[p * 8 + j];
+      ASSERT_NEAR(y[0].data<float>()[i * 8 + j], s, 1e-5);
+    }
+}
+
+}  // namespace
+}  // namespace omt::test
