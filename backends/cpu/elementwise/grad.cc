@@ -160,7 +160,8 @@ class ClipGradKernel final : public OpKernel {
     const double h = hi ? hi->value_as_double(0) : std::numeric_limits<double>::infinity();
     pointwise_grad(info_, ctx, [l, h](auto g, auto x) {
       using T = decltype(x);
-      return x >= static_cast<T>(l) && x <= static_cast<T>(h) ? g : T(0);
+      // `&`, not `&&`: both comparisons always run, so the loop has no branch to vectorise around.
+      return (x >= static_cast<T>(l)) & (x <= static_cast<T>(h)) ? g : T(0);
     });
   }
 
