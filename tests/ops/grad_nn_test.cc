@@ -11,6 +11,7 @@
 #include "graph/autodiff.h"
 #include "runtime/session.h"
 #include "tests/ops/gradient_check.h"
+#include "tests/ops/kernel_check.h"
 #include "tests/test_util.h"
 
 namespace omt::test {
@@ -169,6 +170,34 @@ TEST(GradNnConv, DepthwiseStrideLeavesARemainder) {
   GradCheck c = check("Conv", {random_tensor({2, 4, 6, 6}, 9), random_tensor({4, 1, 3, 3}, 10)}, {0, 1},
                       attrs_of({{"group", int64_t{4}}, {"strides", Ints{2, 2}}}));
   expect_gradients_match(c, 203);
+}
+
+// Note [Taps that see only padding]: where some taps only ever see padding the kernels run
+// the convolution of the live taps. ResNet-18's layer4 at 3x32x32: a 3x3 pad-1 kernel on a
+// 1x1 input (only the centre is live), and the stride-2 one from 2x2 (the last two rows and
+// columns); a dimension cut while the other stays whole; a 1-D kernel with dilation.
+TEST(GradNnConv, TapsThatSeeOnlyPaddingAreCut) {
+  struct Case {
+    Shape x, w;
+    AttributeMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 1, 1}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 3, 2, 2}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
+      {{2, 3, 1, 4}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 2, 2}, {3, 2, 3}, attrs_of({{"pads", Ints{2, 2}}, {"dilations", Ints{2}}})},
+  };
+  uint64_t seed = 220;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({c.w[0]}, ++seed);
+    // The float32 forward (cut) against the float64 one (im2col over every tap).
+    const Tensor y32 = test::run_node("Conv", "", c.attrs, {x, w, b})[0];
+    const Tensor y64 = test::run_node("Conv", "", c.attrs, {f64(x), f64(w), f64(b)})[0];
+    ASSERT_EQ(y32.shape(), y64.shape());
+    for (int64_t i = 0; i < y32.numel(); ++i) EXPECT_NEAR(y32.data<float>()[i], y64.data<double>()[i], 1e-5);
+    expect_gradients_match(check("Conv", {x, w, b}, {0, 1, 2}, c.attrs), ++seed);
+  }
 }
 
 // ---- pooling ----------------------------------------------------------------------------

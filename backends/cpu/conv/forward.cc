@@ -75,13 +75,21 @@ class ConvKernel : public OpKernel {
     if (y.numel() == 0) return;
 
     if (x.dtype() == DType::kFloat32) {
+      // Note [Taps that see only padding] (conv/geometry.h).
+      const TapCrop crop = crop_dead_taps(x.shape(), w.shape(), out, k, s, d, pb, pe);
+      const Tensor* wp = &w;
+      if (crop.active) {
+        if (cut_w_.shape() != crop.w_shape) cut_w_ = Tensor::empty(DType::kFloat32, crop.w_shape);
+        copy_live_taps(crop, w.shape(), const_cast<float*>(w.data<float>()), cut_w_.data<float>(), false);
+        wp = &cut_w_;
+      }
       std::vector<int64_t> key;
       append_key(key, x.shape());
-      append_key(key, w.shape());
+      append_key(key, wp->shape());
       key.push_back(b ? 1 : 0);
       DnnlConv* e = cache_.find(key);
-      if (e == nullptr) e = &cache_.insert(key, create(x, w, b != nullptr, y.shape(), s, d, pb, pe));
-      run(*e, x, w, b, y);
+      if (e == nullptr) e = &cache_.insert(key, create(x, *wp, b != nullptr, y.shape(), s, d, crop.pb, crop.pe));
+      run(*e, x, *wp, b, y);
     } else if (x.dtype() == DType::kFloat64) {
       conv_im2col<double>(x, w, b, y, make_geometry(Shape(x.shape().begin() + 2, x.shape().end()),
                                                     Shape(out.begin() + 2, out.end()), k, s, d, pb));
@@ -217,6 +225,7 @@ class ConvKernel : public OpKernel {
   bool constant_weights_ = false;
   bool relu_ = false;
   ShapeCache<DnnlConv> cache_;
+  Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding])
 };
 
 class ConvTransposeKernel : public OpKernel {

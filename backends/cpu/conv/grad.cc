@@ -88,13 +88,28 @@ class ConvGradKernel : public OpKernel {
       return;
     }
     if (x.dtype() != DType::kFloat32) unsupported_dtype(info_, x.dtype());
+    // Note [Taps that see only padding] (conv/geometry.h): the live taps' convolution, and dW
+    // zero at the others.
+    const TapCrop crop = crop_dead_taps(x.shape(), w.shape(), out, k, s, d, pb, pe);
+    const Tensor* wp = &w;
+    Tensor* dwp = dw;
+    if (crop.active) {
+      if (cut_w_.shape() != crop.w_shape) {
+        cut_w_ = Tensor::empty(DType::kFloat32, crop.w_shape);
+        cut_dw_ = Tensor::empty(DType::kFloat32, crop.w_shape);
+      }
+      copy_live_taps(crop, w.shape(), const_cast<float*>(w.data<float>()), cut_w_.data<float>(), false);
+      wp = &cut_w_;
+      if (dw) dwp = &cut_dw_;
+    }
     std::vector<int64_t> key;
     append_key(key, x.shape());
-    append_key(key, w.shape());
+    append_key(key, wp->shape());
     ConvBackward* e = cache_.find(key);
     if (e == nullptr)
-      e = &cache_.insert(key, create(x.shape(), w.shape(), out, s, d, pb, pe, dx != nullptr, dw != nullptr));
-    run(*e, dy, x, w, dx, dw);
+      e = &cache_.insert(key, create(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, dx != nullptr, dw != nullptr));
+    run(*e, dy, x, *wp, dx, dwp);
+    if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
   }
 
  private:
@@ -234,6 +249,7 @@ class ConvGradKernel : public OpKernel {
   ConvAttrs attrs_;
   ShapeCache<ConvBackward> cache_;
   std::vector<float> col_, acc_;  // thin_weight_grad's im2col columns and [dW | dB]
+  Tensor cut_w_, cut_dw_;         // W's live taps and their gradient (Note [Taps that see only padding])
 };
 
 }  // namespace
