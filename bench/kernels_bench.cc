@@ -2,7 +2,8 @@
 // models/cnn.onnx (issue 8): the CPU backend's Gemm, Conv/ConvGrad and MaxPool/MaxPoolGrad
 // kernels at the models' shapes, bucket all-reduce between two in-process Gloo ranks and the
 // local two-replica bucket sum, each next to this machine's measured peaks (memcpy GB/s and
-// oneDNN sgemm GFLOP/s at a large square size, one thread).
+// oneDNN sgemm GFLOP/s at a large square size, one thread; the register-only FMA rate of one
+// core alone and of each core with both busy).
 //
 // Kernels are created once through the CPU kernel registry, as a Session's plan does, and run
 // single-threaded on pre-allocated outputs: the numbers are kernel time only (per-step
@@ -103,6 +104,47 @@ void set_bytes(benchmark::State& st, double bytes_per_iter) {
 }
 
 // ---- peaks --------------------------------------------------------------------------------
+
+// The FMA peak: independent chains of register-only fused multiply-adds (12 of them, enough
+// to hide the latency of two FMA pipes), at the widest vectors the CPU has. GFLOP/s per core;
+// Threads(2) runs one copy on each core at once, which on a virtualised or power-limited CPU is
+// less than twice one core (the ceiling of "2 replicas / 1 replica" for compute-bound work).
+template <typename V>
+[[gnu::always_inline]] inline void fma_chains(V* acc, V b, V c, int64_t iters) {
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = acc[i] * b + c;
+  }
+}
+
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef float Floats16 __attribute__((vector_size(64)));
+
+template <typename V>
+[[gnu::always_inline]] inline double fma_flops(int64_t iters) {
+  V acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = V{} + static_cast<float>(i);
+  fma_chains(acc, V{} + 1.0000001f, V{} + 1e-7f, iters);
+  for (int i = 0; i < 12; ++i) benchmark::DoNotOptimize(acc[i]);
+  return 12.0 * 2 * (sizeof(V) / sizeof(float)) * static_cast<double>(iters);
+}
+
+[[gnu::target("avx512f")]] double fma_flops_avx512(int64_t iters) { return fma_flops<Floats16>(iters); }
+[[gnu::target("avx2,fma")]] double fma_flops_avx2(int64_t iters) { return fma_flops<Floats8>(iters); }
+
+void BM_PeakFma(benchmark::State& st) {
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    st.SkipWithError("the CPU has neither AVX-512 nor AVX2 with FMA");
+    return;
+  }
+  double flops = 0;
+  for (auto _ : st) flops += avx512 ? fma_flops_avx512(1 << 20) : fma_flops_avx2(1 << 20);
+  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate |
+                                                                benchmark::Counter::kAvgThreads);
+  st.SetLabel(avx512 ? "avx512, per core" : "avx2, per core");
+}
+BENCHMARK(BM_PeakFma)->Threads(1)->Threads(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_PeakMemcpy(benchmark::State& st) {
   const size_t bytes = static_cast<size_t>(st.range(0));
