@@ -136,6 +136,7 @@ class BatchNormTrainingGradKernel : public OpKernel {
       double sum_dy = 0.0, sum_dy_xmu = 0.0;
       for (int64_t bi = 0; bi < v.n; ++bi) {
         const int64_t off = (bi * v.c + ch) * v.inner;
+#pragma omp simd reduction(+ : sum_dy, sum_dy_xmu)
         for (int64_t i = 0; i < v.inner; ++i) {
           const double g = static_cast<double>(dy[off + i]);
           sum_dy += g;
@@ -205,6 +206,7 @@ class BatchNormInferenceGradKernel : public OpKernel {
           const T a = static_cast<T>(k);
           for (int64_t i = 0; i < v.inner; ++i) out[0][off + i] = dy[off + i] * a;
         }
+#pragma omp simd reduction(+ : sum_dy, sum_dy_xmu)
         for (int64_t i = 0; i < v.inner; ++i) {
           const double g = static_cast<double>(dy[off + i]);
           sum_dy += g;
@@ -285,8 +287,10 @@ class LayerNormGradKernel : public OpKernel {
         inv = inv_t->value_as_double(o);
       } else {
         double sum = 0.0, sq = 0.0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(xr[i]);
         mean = sum / static_cast<double>(inner);
+#pragma omp simd reduction(+ : sq)
         for (int64_t i = 0; i < inner; ++i) {
           const double d = static_cast<double>(xr[i]) - mean;
           sq += d * d;
@@ -300,6 +304,7 @@ class LayerNormGradKernel : public OpKernel {
       }
       const T mu = static_cast<T>(mean), iv = static_cast<T>(inv);
       double sum_g = 0.0, sum_g_xhat = 0.0;
+#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
       for (int64_t i = 0; i < inner; ++i) {
         const T xhat = (xr[i] - mu) * iv;
         const T g = gr[i] * scale[i];
