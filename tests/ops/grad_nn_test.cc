@@ -200,6 +200,33 @@ TEST(GradNnConv, TapsThatSeeOnlyPaddingAreCut) {
   }
 }
 
+// Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
+// one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
+// up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.
+TEST(GradNnConv, PointwiseOnPlainAndBlockedLayouts) {
+  struct Case {
+    Shape x, w;
+    AttributeMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 8, 4, 4}, {16, 8, 1, 1}, {}},
+      {{2, 8, 2, 2}, {16, 8, 1, 1}, {}},
+      {{2, 5, 20}, {3, 5, 1}, {}},
+      {{2, 8, 8, 8}, {16, 8, 1, 1}, attrs_of({{"strides", Ints{2, 2}}})},
+      {{2, 8, 4, 4}, {16, 8, 1, 1}, attrs_of({{"pads", Ints{1, 0, 1, 0}}})},
+  };
+  uint64_t seed = 240;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({c.w[0]}, ++seed);
+    const Tensor y32 = test::run_node("Conv", "", c.attrs, {x, w, b})[0];
+    const Tensor y64 = test::run_node("Conv", "", c.attrs, {f64(x), f64(w), f64(b)})[0];
+    ASSERT_EQ(y32.shape(), y64.shape());
+    for (int64_t i = 0; i < y32.numel(); ++i) EXPECT_NEAR(y32.data<float>()[i], y64.data<double>()[i], 1e-5);
+    expect_gradients_match(check("Conv", {x, w, b}, {0, 1, 2}, c.attrs), ++seed);
+  }
+}
+
 // ---- pooling ----------------------------------------------------------------------------
 
 TEST(GradNnPool, MaxPool2x2) {

@@ -122,7 +122,9 @@ class ConvKernel : public OpKernel {
       for (int64_t v : d) dil.push_back(v - 1);
       int64_t macs = x.dim(1) / grp;  // per output element (Note [Thin convolutions])
       for (size_t i = 2; i < w.shape().size(); ++i) macs *= w.dim(static_cast<int64_t>(i));
-      const bool thin = macs < kThinConvMacs && grp == 1;
+      // Note [Pointwise convolutions on plain layouts] (conv/geometry.h) keeps plain layouts too.
+      const bool thin = (macs < kThinConvMacs && grp == 1) ||
+                        plain_pointwise(w.shape(), out, s, pb, pe, grp, info_.precision);
       // Note [Math precision]: under bf16 the primitive reads X and W as bfloat16 (the reorders
       // below convert them) and writes float32. Thin convolutions, bound by memory rather than
       // by multiply-adds, stay float32 on their plain layouts.

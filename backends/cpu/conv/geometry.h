@@ -18,6 +18,28 @@ namespace omt::cpu {
 // im2col + GEMM (conv/grad.cc).
 constexpr int64_t kThinConvMacs = 32;
 
+// Note [Pointwise convolutions on plain layouts]: a 1x1 convolution with stride 1, no padding
+// and one group is a GEMM per sample on NCHW as it is, Y_n[M, P] = W[M, C] X_n[C, P], and
+// oneDNN's gemm convolution runs it (and its backward data and weights) with no reorder. The
+// channel-blocked kernels chosen otherwise reorder X, Y, dY and dX in and out for every op,
+// which cost MobileNetV2 more than the multiply-adds (a quarter of a step at 3x64x64). Below
+// kPointwisePlainPixels output pixels per sample (2x2 feature maps) the per-sample GEMMs get too
+// narrow (7 GFLOP/s against 35-44 at 4x4 and up) and the blocked kernels stay. float32 only:
+// under bf16 the blocked kernels read bfloat16 copies.
+constexpr int64_t kPointwisePlainPixels = 16;
+
+inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
+                            const std::vector<int64_t>& pb, const std::vector<int64_t>& pe, int64_t group,
+                            MathPrecision precision) {
+  if (group != 1 || precision != MathPrecision::kFloat32) return false;
+  int64_t pixels = 1;
+  for (size_t i = 2; i < w.size(); ++i) {
+    if (w[i] != 1 || s[i - 2] != 1 || pb[i - 2] != 0 || pe[i - 2] != 0) return false;
+    pixels *= out[i];
+  }
+  return pixels >= kPointwisePlainPixels;
+}
+
 inline int64_t floor_div(int64_t a, int64_t b) {
   const int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;

@@ -47,6 +47,7 @@ struct ConvBackward {
   dnnl::convolution_backward_weights weights;
   Port data_dy, data_w, data_dx;  // backward data: diff_dst, weights -> diff_src
   Port wei_dy, wei_x, wei_dw;     // backward weights: diff_dst, src -> diff_weights
+  bool shared_dy = false;         // wei_dy's layout is data_dy's: one reorder of dY serves both
   dnnl::memory data_scratch, wei_scratch;  // their own (user_scratchpad_attr in dnnl_util.h)
 };
 
@@ -174,13 +175,19 @@ class ConvGradKernel : public OpKernel {
       const md user_x = dnnl_plain_md(x, DType::kFloat32);
       const md user_w = dnnl_plain_md(wshape, DType::kFloat32);
       const md user_y = dnnl_plain_md(out, DType::kFloat32);
-      const md any_x(dnnl_dims(x), f32, tag::any), any_w(dnnl_dims(wshape), f32, tag::any),
-          any_y(dnnl_dims(out), f32, tag::any);
+      // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): the primitives work
+      // on the tensors' own layouts.
+      const bool plain = plain_pointwise(w, out, s, pb, pe, attrs_.group, info_.precision);
+      const auto any = plain ? tag::undef : tag::any;
+      const md any_x = plain ? user_x : md(dnnl_dims(x), f32, any),
+               any_w = plain ? user_w : md(dnnl_dims(wshape), f32, any),
+               any_y = plain ? user_y : md(dnnl_dims(out), f32, any);
       // Note [Math precision]: under bf16 the primitives read X, W and dY as bfloat16 and
       // write dX and dW in float32.
       const auto in_type = math_type(info_.precision);
-      const md in_x(dnnl_dims(x), in_type, tag::any), in_w(dnnl_dims(wshape), in_type, tag::any),
-          in_y(dnnl_dims(out), in_type, tag::any);
+      const md in_x = plain ? user_x : md(dnnl_dims(x), in_type, any),
+               in_w = plain ? user_w : md(dnnl_dims(wshape), in_type, any),
+               in_y = plain ? user_y : md(dnnl_dims(out), in_type, any);
       dnnl::memory::dims dil;
       for (int64_t v : d) dil.push_back(v - 1);
       dnnl::engine& eng = dnnl_engine();
@@ -213,6 +220,8 @@ class ConvGradKernel : public OpKernel {
         e.wei_x.init(user_x, pd.src_desc(), true);
         e.wei_dw.init(user_w, pd.diff_weights_desc(), false);
         e.has_weights = true;
+        e.shared_dy = e.has_data && e.data_dy.needs_reorder && e.wei_dy.needs_reorder &&
+                      pd.diff_dst_desc() == e.data_dy.mem.get_desc();
       }
       return e;
     });
@@ -222,6 +231,7 @@ class ConvGradKernel : public OpKernel {
            Tensor* dw) {
     dnnl_set_num_threads(info_.num_threads);
     dnnl::stream& st = dnnl_stream();
+    const bool dy_pulled = dx && e.has_data;
     if (dx && e.has_data) {
       dnnl::memory& ddst = e.data_dy.bind(dy.raw());
       dnnl::memory& wei = e.data_w.bind(w.raw());
@@ -233,10 +243,11 @@ class ConvGradKernel : public OpKernel {
       e.data_dx.push(st);
     }
     if (dw && e.has_weights) {
-      dnnl::memory& ddst = e.wei_dy.bind(dy.raw());
+      const bool reuse_dy = e.shared_dy && dy_pulled;  // dY in this layout already, from the data pass
+      dnnl::memory& ddst = reuse_dy ? e.data_dy.mem : e.wei_dy.bind(dy.raw());
       dnnl::memory& src = e.wei_x.bind(x.raw());
       dnnl::memory& dwei = e.wei_dw.bind(dw->raw());
-      e.wei_dy.pull(st);
+      if (!reuse_dy) e.wei_dy.pull(st);
       e.wei_x.pull(st);
       e.weights.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_WEIGHTS, dwei},
                                {DNNL_ARG_SCRATCHPAD, e.wei_scratch}});
