@@ -172,6 +172,27 @@ TEST(GradNnConv, DepthwiseStrideLeavesARemainder) {
   expect_gradients_match(c, 203);
 }
 
+// Note [Depthwise weight gradients] (conv/grad.cc): small maps where oneDNN's jit_dw backward
+// weights declines and dW comes from the direct loop (MobileNetV2's 2x2 layers), with strides,
+// dilations and asymmetric pads.
+TEST(GradNnConv, DepthwiseOnSmallMaps) {
+  struct Case {
+    Shape x, w;
+    AttributeMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 16, 2, 2}, {16, 1, 3, 3}, attrs_of({{"group", int64_t{16}}, {"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 8, 3, 5}, {8, 1, 3, 3}, attrs_of({{"group", int64_t{8}}, {"pads", Ints{1, 0, 1, 2}}, {"strides", Ints{2, 1}}})},
+      {{3, 8, 4, 4}, {8, 1, 2, 3}, attrs_of({{"group", int64_t{8}}, {"pads", Ints{1, 1, 0, 2}}, {"dilations", Ints{2, 1}}})},
+  };
+  uint64_t seed = 260;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    expect_gradients_match(check("Conv", {random_tensor(c.x, ++seed), random_tensor(c.w, ++seed)}, {0, 1}, c.attrs),
+                           ++seed);
+  }
+}
+
 // Note [Taps that see only padding]: where some taps only ever see padding the kernels run
 // the convolution of the live taps. ResNet-18's layer4 at 3x32x32: a 3x3 pad-1 kernel on a
 // 1x1 input (only the centre is live), and the stride-2 one from 2x2 (the last two rows and
