@@ -184,6 +184,9 @@ TEST(GradNnConv, DepthwiseOnSmallMaps) {
       {{2, 16, 2, 2}, {16, 1, 3, 3}, attrs_of({{"group", int64_t{16}}, {"pads", Ints{1, 1, 1, 1}}})},
       {{2, 8, 3, 5}, {8, 1, 3, 3}, attrs_of({{"group", int64_t{8}}, {"pads", Ints{1, 0, 1, 2}}, {"strides", Ints{2, 1}}})},
       {{3, 8, 4, 4}, {8, 1, 2, 3}, attrs_of({{"group", int64_t{8}}, {"pads", Ints{1, 1, 0, 2}}, {"dilations", Ints{2, 1}}})},
+      // Rows of 8 and more outputs: the row loops.
+      {{2, 8, 3, 12}, {8, 1, 3, 3}, attrs_of({{"group", int64_t{8}}, {"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 8, 4, 20}, {8, 1, 3, 3}, attrs_of({{"group", int64_t{8}}, {"pads", Ints{1, 2, 0, 1}}, {"strides", Ints{1, 2}}, {"dilations", Ints{1, 2}}})},
   };
   uint64_t seed = 260;
   for (const Case& c : cases) {

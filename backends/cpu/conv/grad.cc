@@ -44,16 +44,47 @@ struct Port {
 // Note [Depthwise weight gradients]: oneDNN 2.6's jit_dw backward-weights kernel turns some
 // depthwise shapes down (MobileNetV2's 960-channel 3x3 pad-1 layers on 2x2 maps), and its
 // fallback, the gemm convolution, runs one tiny GEMM per channel and sample: 24.8 ms a call
-// for 4.4 MFLOP. There dW comes from this direct loop over NCHW instead (0.1 ms):
+// for 4.4 MFLOP. There dW comes from this direct loop over NCHW instead:
 //   dW[c, i, j] = sum over n, oh, ow of dY[n, c, oh, ow] X[n, c, oh s0 - p0 + i d0, ow s1 - p1 + j d1].
+// Rows of at least 8 outputs run as vectorised row loops; narrower maps (2x2, where a row loop
+// is all overhead) as a list of the (tap, output, input) triples that see data, made once.
 struct DepthwiseGeometry {
   int64_t n = 0, c = 0, ih = 0, iw = 0, oh = 0, ow = 0, kh = 0, kw = 0;
   int64_t s0 = 1, s1 = 1, d0 = 1, d1 = 1, p0 = 0, p1 = 0;
+  std::vector<int32_t> tap, out, in;  // the live triples, for maps narrower than 8
+
+  void list_triples() {
+    if (ow >= 8) return;
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j)
+        for (int64_t r = 0; r < oh; ++r)
+          for (int64_t q = 0; q < ow; ++q) {
+            const int64_t row = r * s0 - p0 + i * d0, col = q * s1 - p1 + j * d1;
+            if (row < 0 || row >= ih || col < 0 || col >= iw) continue;
+            tap.push_back(static_cast<int32_t>(i * kw + j));
+            out.push_back(static_cast<int32_t>(r * ow + q));
+            in.push_back(static_cast<int32_t>(row * iw + col));
+          }
+  }
 };
 
 inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
 void depthwise_weight_grad(const DepthwiseGeometry& g, const float* dy, const float* x, float* dw) {
+  if (g.ow < 8) {
+    const size_t k = static_cast<size_t>(g.kh * g.kw), live = g.tap.size();
+    std::vector<float> acc(k);
+    for (int64_t c = 0; c < g.c; ++c) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t b = 0; b < g.n; ++b) {
+        const float* yp = dy + (b * g.c + c) * g.oh * g.ow;
+        const float* xp = x + (b * g.c + c) * g.ih * g.iw;
+        for (size_t t = 0; t < live; ++t) acc[g.tap[t]] += yp[g.out[t]] * xp[g.in[t]];
+      }
+      std::copy(acc.begin(), acc.end(), dw + c * static_cast<int64_t>(k));
+    }
+    return;
+  }
   for (int64_t c = 0; c < g.c; ++c)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j) {
@@ -260,7 +291,8 @@ class ConvGradKernel : public OpKernel {
             std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
           e.direct_dw = true;
           e.dw_geometry = {x[0], x[1], x[2], x[3], out[2], out[3], w[2], w[3],
-                           s[0], s[1], d[0], d[1], pb[0], pb[1]};
+                           s[0], s[1], d[0], d[1], pb[0], pb[1], {}, {}, {}};
+          e.dw_geometry.list_triples();
           e.has_weights = true;
           return e;
         }
