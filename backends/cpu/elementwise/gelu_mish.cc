@@ -71,10 +71,12 @@ class DnnlGelu {
  public:
   DnnlGelu(const KernelInfo& info, bool tanh_approx)
       : where_(info.where()),
+        threads_(info.num_threads),
         alg_(tanh_approx ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf) {}
 
   void forward(const float* x, float* y, int64_t n) {
     Entry& e = entry(n);
+    dnnl_set_num_threads(threads_);
     dnnl::stream& st = dnnl_stream();
     e.fwd.execute(st, {{DNNL_ARG_SRC, wrap(e.md, x)}, {DNNL_ARG_DST, wrap(e.md, y)}});
     st.wait();
@@ -87,6 +89,7 @@ class DnnlGelu {
         return dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(d, dnnl_engine(), e.fwd_pd));
       });
     }
+    dnnl_set_num_threads(threads_);
     dnnl::stream& st = dnnl_stream();
     e.bwd.execute(st, {{DNNL_ARG_SRC, wrap(e.md, x)}, {DNNL_ARG_DIFF_DST, wrap(e.md, dy)},
                        {DNNL_ARG_DIFF_SRC, wrap(e.md, dx)}});
@@ -118,6 +121,7 @@ class DnnlGelu {
   }
 
   std::string where_;
+  int threads_;  // the replica's share of the cores (dnnl_set_num_threads)
   dnnl::algorithm alg_;
   ShapeCache<Entry> cache_;
 };

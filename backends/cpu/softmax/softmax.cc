@@ -90,7 +90,7 @@ void normalize_block(const T* x, T* y, int64_t n, int64_t inner, std::vector<T>&
 // created on first use per shape.
 class DnnlSoftmax {
  public:
-  DnnlSoftmax(const KernelInfo& info, bool log) : where_(info.where()), log_(log) {}
+  DnnlSoftmax(const KernelInfo& info, bool log) : where_(info.where()), threads_(info.num_threads), log_(log) {}
 
   void run(const float* x, float* y, int64_t outer, int64_t n) {
     Entry* e = cache_.find({outer, n});
@@ -108,6 +108,7 @@ class DnnlSoftmax {
       });
       e = &cache_.insert({outer, n}, std::move(fresh));
     }
+    dnnl_set_num_threads(threads_);
     dnnl::stream& st = dnnl_stream();
     e->prim.execute(st, {{DNNL_ARG_SRC, dnnl::memory(e->md, dnnl_engine(), const_cast<float*>(x))},
                          {DNNL_ARG_DST, dnnl::memory(e->md, dnnl_engine(), y)},
@@ -122,6 +123,7 @@ class DnnlSoftmax {
     dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
   };
   std::string where_;
+  int threads_;  // the replica's share of the cores (dnnl_set_num_threads)
   bool log_;
   ShapeCache<Entry> cache_;
 };
