@@ -158,11 +158,18 @@ void im2col(const Geometry& g, int64_t channels, const T* x, T* col) {
                 for (int64_t o2 = 0; o2 < g.out[2]; ++o2) row[o2] = T(0);
                 continue;
               }
+              // Outputs [lo, hi) read inside the row (i2 = o2 s - pb + k2 d in [0, in)); the
+              // others see padding. Stride 1 copies the middle as one block.
               const T* xrow = xc + (i0 * g.in[1] + i1) * g.in[2];
-              for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-                const int64_t i2 = o2 * g.s[2] - g.pb[2] + k2 * g.d[2];
-                row[o2] = (i2 >= 0 && i2 < g.in[2]) ? xrow[i2] : T(0);
-              }
+              const int64_t off = k2 * g.d[2] - g.pb[2], st = g.s[2];
+              const int64_t lo = std::min(g.out[2], off >= 0 ? 0 : (-off + st - 1) / st);
+              const int64_t hi = std::max(lo, std::min(g.out[2], g.in[2] - off <= 0 ? 0 : (g.in[2] - off - 1) / st + 1));
+              for (int64_t o2 = 0; o2 < lo; ++o2) row[o2] = T(0);
+              if (st == 1)
+                std::copy(xrow + lo + off, xrow + hi + off, row + lo);
+              else
+                for (int64_t o2 = lo; o2 < hi; ++o2) row[o2] = xrow[o2 * st + off];
+              for (int64_t o2 = hi; o2 < g.out[2]; ++o2) row[o2] = T(0);
             }
           }
         }
