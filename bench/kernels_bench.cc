@@ -288,6 +288,35 @@ void BM_MaxPoolGrad(benchmark::State& st, ConvShape c, bool fused) {
   set_bytes(st, 4.0 * batch * c.cout * (2 * h * h + o * o));  // read dY and X, write dX
 }
 
+// ResNet-18's stem pool (3x3, stride 2, pad 1) on its [B, 64, 16, 16] input at 3x32x32: the
+// windows overlap and see padding, so it takes the general kernels.
+AttributeMap stem_pool_attrs() {
+  AttributeMap a;
+  a.set("kernel_shape", std::vector<int64_t>{3, 3});
+  a.set("strides", std::vector<int64_t>{2, 2});
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  return a;
+}
+
+void BM_StemMaxPool(benchmark::State& st) {
+  const int64_t batch = st.range(0);
+  OneNode node("", "MaxPool", stem_pool_attrs(), {random_tensor({batch, 64, 16, 16}, 1)}, {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * batch * 64 * (16 * 16 + 8 * 8));
+}
+BENCHMARK(BM_StemMaxPool)->Arg(32)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_StemMaxPoolReluGrad(benchmark::State& st) {
+  const int64_t batch = st.range(0);
+  OneNode node("com.onnx-mirror", "MaxPoolReluGrad", stem_pool_attrs(),
+               {random_tensor({batch, 64, 8, 8}, 1), random_tensor({batch, 64, 16, 16}, 2)}, {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * batch * 64 * (2 * 16 * 16 + 8 * 8));
+}
+BENCHMARK(BM_StemMaxPoolReluGrad)->Arg(32)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // ---- gradient reduction ---------------------------------------------------------------------
 
 // What 2 local replicas do per bucket today (runtime/reducer.cc, Reducer::reduce):

@@ -184,6 +184,71 @@ TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
   }
 }
 
+// dX of 2-D max pooling by the definition, for any kernel, stride, pads and dilation (no
+// ceil mode): window (oy, ox) holds the taps (oy*s - pad + ky*d, ox*s - pad + kx*d) inside
+// the input, visited row by row; its first maximum, or its last NaN, gets the gradient.
+Tensor reference_pool_grad_2d(const Tensor& x, const Tensor& dy, Ints k, Ints s, Ints pads, Ints d, bool relu) {
+  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = dy.dim(2), ow = dy.dim(3);
+  Tensor dx = Tensor::zeros(DType::kFloat32, x.shape());
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t arg = -1;
+        float best = 0;
+        for (int64_t ky = 0; ky < k[0]; ++ky)
+          for (int64_t kx = 0; kx < k[1]; ++kx) {
+            const int64_t iy = oy * s[0] - pads[0] + ky * d[0], ix = ox * s[1] - pads[1] + kx * d[1];
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+            const int64_t at = (p * h + iy) * w + ix;
+            const float v = x.data<float>()[at];
+            if (arg < 0 || v > best || std::isnan(v)) arg = at, best = v;
+          }
+        if (arg >= 0 && (!relu || best > 0)) dx.data<float>()[arg] += dy.data<float>()[(p * oh + oy) * ow + ox];
+      }
+  return dx;
+}
+
+// Note [Tap-major max pooling] (backends/cpu/pool/grad.cc): the general path routes like the
+// definition for overlapping, padded, strided (1, 2: the SSE2 loads; 3: the gathered one) and
+// dilated windows, rows of 1 to 13 outputs (fours, a rerun tail, a row too short for a four),
+// with ties, zeros and NaNs; ResNet-18's stem (3x3, stride 2, pad 1) among them.
+TEST(MaxPoolGrad, TapMajorPathRoutesLikeTheDefinition) {
+  struct Case {
+    Shape xs;
+    Ints k, s, pads, d;
+  };
+  const Case cases[] = {
+      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},  // ResNet-18's stem pool
+      {{1, 2, 7, 11}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+      {{1, 2, 9, 26}, {2, 3}, {3, 3}, {0, 1, 0, 1}, {1, 1}},
+      {{2, 1, 10, 12}, {3, 2}, {2, 1}, {2, 0, 1, 1}, {2, 2}},
+      {{1, 1, 5, 3}, {2, 2}, {1, 2}, {0, 0, 0, 0}, {1, 1}},
+      {{1, 2, 4, 30}, {1, 5}, {1, 2}, {0, 2, 0, 2}, {1, 1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "X " << shape_str(c.xs) << ", kernel " << shape_str(c.k) << ", strides "
+                                      << shape_str(c.s) << ", dilations " << shape_str(c.d));
+    Shape ys = {c.xs[0], c.xs[1]};
+    for (int i = 0; i < 2; ++i)
+      ys.push_back((c.xs[i + 2] + c.pads[i] + c.pads[i + 2] - (c.k[i] - 1) * c.d[i] - 1) / c.s[i] + 1);
+    const Tensor x = awkward_activations(c.xs, 8), dy = random_tensor(ys, 9);
+    for (const char* op : {"MaxPoolGrad", "MaxPoolReluGrad"}) {
+      AttributeMap a = pool_attrs(c.k, c.s, c.pads);
+      a.set("dilations", c.d);
+      Graph g = input_graph({{"dp", DType::kFloat32}, {"y", DType::kFloat32}}, "dx");
+      g.nodes.push_back(make_node(kOmtDomain, op, {"dp", "y"}, {"dx"}, a));
+      NamedTensors feeds;
+      feeds.set("dp", dy);
+      feeds.set("y", x);
+      const Tensor want = reference_pool_grad_2d(x, dy, c.k, c.s, c.pads, c.d, std::string(op) == "MaxPoolReluGrad");
+      const Tensor got = run_graph(g, feeds);
+      ASSERT_EQ(got.shape(), want.shape()) << op;
+      for (int64_t i = 0; i < want.numel(); ++i)
+        ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-6) << op << " at " << i;
+    }
+  }
+}
+
 // Windows holding several NaNs send their gradient to the last NaN (PyTorch's rule), on the
 // SSE2 2x2 path (float32: four windows a vector, then the scalar tail) and the general one
 // (float64). Debian's torch 1.13 max_pool2d backward routes this input the same way.

@@ -59,6 +59,10 @@ void PoolAttrs::geometry(const Shape& x, const std::string& where, Shape& out_sh
     g.in[off + i] = in;
     g.out[off + i] = o;
     DimWindows& w = g.win[off + i];
+    w.stride = s;
+    w.pad_begin = pb;
+    w.dilation = d;
+    w.taps = kernel[i];
     w.begin.assign(1, 0);
     w.pos.clear();
     w.padded_n.clear();
@@ -75,10 +79,19 @@ void PoolAttrs::geometry(const Shape& x, const std::string& where, Shape& out_sh
   }
   for (size_t i = 0; i < off; ++i) {  // unused leading dims: one window of position 0
     g.in[i] = g.out[i] = 1;
+    g.win[i] = DimWindows();
     g.win[i].begin = {0, 1};
     g.win[i].pos = {0};
     g.win[i].padded_n = {1};
   }
+}
+
+void DimWindows::outputs_of_tap(int64_t k, int64_t in, int64_t out, int64_t& lo, int64_t& hi) const {
+  // o * stride + shift in [0, in): o >= ceil(-shift / stride), o <= floor((in - 1 - shift) / stride).
+  const int64_t shift = k * dilation - pad_begin;
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  lo = std::clamp<int64_t>(-floor_div(shift, stride), 0, out);
+  hi = std::clamp<int64_t>(floor_div(in - 1 - shift, stride) + 1, lo, out);
 }
 
 }  // namespace omt::cpu

@@ -14,7 +14,11 @@ struct DimWindows {
   std::vector<int64_t> begin;     // offset into `pos` of output o's positions
   std::vector<int64_t> pos;       // valid input positions, grouped by output position
   std::vector<int64_t> padded_n;  // window positions inside [-pad_begin, in + pad_end)
+  // Tap k of output o sits at o * stride - pad_begin + k * dilation when that is in [0, in).
+  int64_t stride = 1, pad_begin = 0, dilation = 1, taps = 1;
   int64_t count(int64_t o) const { return begin[o + 1] - begin[o]; }
+  // The outputs [lo, hi) of `out` whose tap k lies inside an input of `in` positions.
+  void outputs_of_tap(int64_t k, int64_t in, int64_t out, int64_t& lo, int64_t& hi) const;
 };
 
 // Spatial dims padded to 3 (leading dims of size 1).
