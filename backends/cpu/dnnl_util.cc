@@ -1,6 +1,7 @@
 // oneDNN helpers shared by the CPU kernels: engine, per-thread stream, descriptors, sgemm.
 #include "backends/cpu/dnnl_util.h"
 
+#include <algorithm>
 #include <cstring>
 
 // OpenMP's per-thread team size, looked up weakly: oneDNN loads the OpenMP runtime, but this
@@ -84,6 +85,51 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                                       lda, b, ldb, beta, c, ldc);
   OMT_CHECK(st == dnnl_success, kInternal, "dnnl_sgemm failed with status ", static_cast<int>(st),
             " for M=", m, " N=", n, " K=", k);
+}
+
+bool packs_oihw_weights(const dnnl::memory::desc& to) {
+  const dnnl_memory_desc_t& d = to.data;
+  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0) return false;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  if (d.data_type == dnnl_f32)
+    return b.inner_nblks == 1 && b.inner_idxs[0] == 0;
+  if (d.data_type == dnnl_bf16)
+    return b.inner_nblks == 2 && b.inner_idxs[0] == 0 && b.inner_idxs[1] == 1 && b.inner_blks[1] == 2;
+  return false;
+}
+
+void pack_oihw_weights(const float* w, const dnnl::memory::desc& to, void* out) {
+  const dnnl_memory_desc_t& d = to.data;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  const bool bf16 = d.data_type == dnnl_bf16;
+  const int64_t o_dim = d.dims[0], i_dim = d.dims[1], h_dim = d.dims[2], w_dim = d.dims[3];
+  const int64_t ob = b.inner_blks[0], ib = bf16 ? 2 : 1;  // the inner block: [ob][ib]
+  const int64_t o_pad = d.padded_dims[0], i_pad = d.padded_dims[1];
+  const int64_t so = b.strides[0], si = b.strides[1], sh = b.strides[2], sw = b.strides[3];
+  const int64_t hw = h_dim * w_dim, ihw = i_dim * hw;
+  auto bf16_of = [](float f) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof u);
+    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  };
+  // One inner block [ob][ib] at a time: ob output channels (zero past O) by ib input channels.
+  for (int64_t o0 = 0; o0 < o_pad; o0 += ob)
+    for (int64_t i0 = 0; i0 < i_pad; i0 += ib)
+      for (int64_t h = 0; h < h_dim; ++h)
+        for (int64_t x = 0; x < w_dim; ++x) {
+          const int64_t at = (o0 / ob) * so + (i0 / ib) * si + h * sh + x * sw;
+          const float* src = w + o0 * ihw + i0 * hw + h * w_dim + x;
+          const int64_t live_o = std::min(ob, o_dim - o0), live_i = std::min(ib, i_dim - i0);
+          if (bf16) {
+            uint16_t* dst = static_cast<uint16_t*>(out) + at;
+            for (int64_t oi = 0; oi < ob; ++oi)
+              for (int64_t ii = 0; ii < 2; ++ii)
+                dst[oi * 2 + ii] = oi < live_o && ii < live_i ? bf16_of(src[oi * ihw + ii * hw]) : 0;
+          } else {
+            float* dst = static_cast<float*>(out) + at;
+            for (int64_t oi = 0; oi < ob; ++oi) dst[oi] = oi < live_o ? src[oi * ihw] : 0.0f;
+          }
+        }
 }
 
 bool dnnl_has_bf16() {

@@ -37,6 +37,7 @@ struct DnnlConv {
   dnnl::reorder src_reorder, wei_reorder, dst_reorder;
   bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
   bool relu_after = false;  // FusedConv's Relu as a pass after the primitive
+  bool pack_wei = false;    // W packed by pack_oihw_weights, not wei_reorder
   const void* reordered_weights = nullptr;  // constant weights already reordered
 };
 
@@ -162,7 +163,8 @@ class ConvKernel : public OpKernel {
       }
       if (e.reorder_wei) {
         e.wei = dnnl::memory(pd.weights_desc(), eng);
-        e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
+        e.pack_wei = grp == 1 && packs_oihw_weights(pd.weights_desc());  // Note [Packing convolution weights]
+        if (!e.pack_wei) e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
       }
       if (e.reorder_dst) {
         e.dst = dnnl::memory(pd.dst_desc(), eng);
@@ -180,7 +182,10 @@ class ConvKernel : public OpKernel {
     e.user_dst.set_data_handle(y.raw());
     if (e.reorder_src) e.src_reorder.execute(st, e.user_src, e.src);
     if (e.reorder_wei && !(constant_weights_ && e.reordered_weights == w.raw())) {
-      e.wei_reorder.execute(st, e.user_wei, e.wei);
+      if (e.pack_wei)
+        pack_oihw_weights(w.data<float>(), e.wei.get_desc(), e.wei.get_data_handle());
+      else
+        e.wei_reorder.execute(st, e.user_wei, e.wei);
       e.reordered_weights = w.raw();
     }
     std::unordered_map<int, dnnl::memory> args{
