@@ -396,6 +396,10 @@ if __name__ == "__main__":
     if "--torch-worker" in sys.argv:
         sys.argv.remove("--torch-worker")
         torch_worker(sys.argv[1:])
+        # Its result is printed and flushed: skip the interpreter's teardown, where a DDP rank's
+        # Gloo threads sometimes abort ("terminate called without an active exception",
+        # exit -6) after the last collective, which lost a whole run.
+        os._exit(0)
     else:
         omt_venv.ensure(__file__, PACKAGES)
         main()
