@@ -87,49 +87,64 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
             " for M=", m, " N=", n, " K=", k);
 }
 
-bool packs_oihw_weights(const dnnl::memory::desc& to) {
+bool Bf16WeightPack::handles(const dnnl::memory::desc& to) {
   const dnnl_memory_desc_t& d = to.data;
-  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0) return false;
+  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0 || d.data_type != dnnl_bf16) return false;
   const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-  if (d.data_type == dnnl_f32)
-    return b.inner_nblks == 1 && b.inner_idxs[0] == 0;
-  if (d.data_type == dnnl_bf16)
-    return b.inner_nblks == 2 && b.inner_idxs[0] == 0 && b.inner_idxs[1] == 1 && b.inner_blks[1] == 2;
-  return false;
+  const int64_t ob = b.inner_blks[0];
+  if (b.inner_nblks != 2 || b.inner_idxs[0] != 0 || b.inner_idxs[1] != 1 || b.inner_blks[1] != 2 ||
+      (ob != 16 && ob != 32 && ob != 48 && ob != 64))
+    return false;
+  // Outer order O-block, H, W, I-pair, dense: strides[1] (I-pair) is the block, W's is the
+  // pairs, and so on out.
+  const int64_t pairs = d.padded_dims[1] / 2;
+  return b.strides[1] == ob * 2 && b.strides[3] == pairs * ob * 2 && b.strides[2] == d.dims[3] * b.strides[3] &&
+         b.strides[0] == d.dims[2] * b.strides[2];
 }
 
-void pack_oihw_weights(const float* w, const dnnl::memory::desc& to, void* out) {
+Bf16WeightPack::Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memory::desc& to) {
+  using tag = dnnl::memory::format_tag;
   const dnnl_memory_desc_t& d = to.data;
-  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-  const bool bf16 = d.data_type == dnnl_bf16;
-  const int64_t o_dim = d.dims[0], i_dim = d.dims[1], h_dim = d.dims[2], w_dim = d.dims[3];
-  const int64_t ob = b.inner_blks[0], ib = bf16 ? 2 : 1;  // the inner block: [ob][ib]
-  const int64_t o_pad = d.padded_dims[0], i_pad = d.padded_dims[1];
-  const int64_t so = b.strides[0], si = b.strides[1], sh = b.strides[2], sw = b.strides[3];
-  const int64_t hw = h_dim * w_dim, ihw = i_dim * hw;
+  ob_ = d.format_desc.blocking.inner_blks[0];
+  const tag mid_tag = ob_ == 16 ? tag::Acdb16a : ob_ == 32 ? tag::Acdb32a : ob_ == 48 ? tag::Acdb48a : tag::Acdb64a;
+  const dnnl::memory::desc mid(to.dims(), dnnl::memory::data_type::f32, mid_tag);
+  mid_ = dnnl::memory(mid, dnnl_engine());
+  to_mid_ = dnnl::reorder(dnnl::memory(plain, dnnl_engine(), nullptr), mid_);
+  const dnnl_blocking_desc_t& mb = mid.data.format_desc.blocking;
+  blocks_ = d.padded_dims[0] / ob_;
+  hw_ = d.dims[2] * d.dims[3];
+  pairs_ = d.padded_dims[1] / 2;
+  in_ = d.dims[1];
+  mid_i_ = mb.strides[1];
+  mid_hw_ = mb.strides[3];  // W's stride; H's is W x it, so (h, w) walks as one index
+  mid_a_ = mb.strides[0];
+  const dnnl_blocking_desc_t& tb = d.format_desc.blocking;
+  out_i_ = tb.strides[1];
+  out_hw_ = tb.strides[3];
+  out_a_ = tb.strides[0];
+}
+
+void Bf16WeightPack::run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out) {
+  to_mid_.execute(st, user, mid_);
+  st.wait();
+  const float* src = static_cast<const float*>(mid_.get_data_handle());
+  uint16_t* dst = static_cast<uint16_t*>(out.get_data_handle());
   auto bf16_of = [](float f) {
     uint32_t u = 0;
     std::memcpy(&u, &f, sizeof u);
     return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
   };
-  // One inner block [ob][ib] at a time: ob output channels (zero past O) by ib input channels.
-  for (int64_t o0 = 0; o0 < o_pad; o0 += ob)
-    for (int64_t i0 = 0; i0 < i_pad; i0 += ib)
-      for (int64_t h = 0; h < h_dim; ++h)
-        for (int64_t x = 0; x < w_dim; ++x) {
-          const int64_t at = (o0 / ob) * so + (i0 / ib) * si + h * sh + x * sw;
-          const float* src = w + o0 * ihw + i0 * hw + h * w_dim + x;
-          const int64_t live_o = std::min(ob, o_dim - o0), live_i = std::min(ib, i_dim - i0);
-          if (bf16) {
-            uint16_t* dst = static_cast<uint16_t*>(out) + at;
-            for (int64_t oi = 0; oi < ob; ++oi)
-              for (int64_t ii = 0; ii < 2; ++ii)
-                dst[oi * 2 + ii] = oi < live_o && ii < live_i ? bf16_of(src[oi * ihw + ii * hw]) : 0;
-          } else {
-            float* dst = static_cast<float*>(out) + at;
-            for (int64_t oi = 0; oi < ob; ++oi) dst[oi] = oi < live_o ? src[oi * ihw] : 0.0f;
-          }
+  for (int64_t a = 0; a < blocks_; ++a)
+    for (int64_t p = 0; p < hw_; ++p)
+      for (int64_t q = 0; q < pairs_; ++q) {
+        const float* even = src + a * mid_a_ + p * mid_hw_ + 2 * q * mid_i_;
+        const float* odd = 2 * q + 1 < in_ ? even + mid_i_ : nullptr;  // I's padding is zero
+        uint16_t* o = dst + a * out_a_ + p * out_hw_ + q * out_i_;
+        for (int64_t j = 0; j < ob_; ++j) {
+          o[2 * j] = bf16_of(even[j]);
+          o[2 * j + 1] = odd ? bf16_of(odd[j]) : 0;
         }
+      }
 }
 
 bool dnnl_has_bf16() {

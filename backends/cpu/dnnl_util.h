@@ -86,21 +86,32 @@ inline void append_key(std::vector<int64_t>& key, const Shape& shape) {
   key.insert(key.end(), shape.begin(), shape.end());
 }
 
-// ---- weights packed by hand (Note [Packing convolution weights]) --------------------------
-// Note [Packing convolution weights]: oneDNN 2.6's brgconv kernels want OIHW weights blocked
-// over output channels (f32 "Acdb64a"-like; bf16 also in pairs of input channels,
-// "AcdB32a2b"), and its generic reorder into those layouts ran at 1-4 GB/s here: a
-// 256x256x3x3 bf16 pack took 0.63 ms, against 0.04 ms for a plain f32 -> bf16 conversion;
-// ResNet-18's forward spent 17 ms a bf16 step (15 ms a float32 one) packing weights that
-// change every step. pack_oihw_weights writes those layouts directly, rows of output channels
-// at a time; other layouts go through oneDNN's reorder.
-//
-// Whether `to` (the primitive's weights) is a 4-D layout pack_oihw_weights writes: blocked
-// only over O (float32), or over O then pairs of I (bfloat16), outer dims in any order.
-bool packs_oihw_weights(const dnnl::memory::desc& to);
-// Writes plain float32 OIHW weights `w` into `out` laid out as `to`, padding zeroed, bfloat16
-// rounded to nearest even.
-void pack_oihw_weights(const float* w, const dnnl::memory::desc& to, void* out);
+// ---- bfloat16 weights (Note [Packing bfloat16 weights]) -----------------------------------
+// Note [Packing bfloat16 weights]: under bf16 oneDNN 2.6's brgconv kernels want OIHW weights
+// blocked over output channels and, inside, over pairs of input channels ("AcdB32a2b"), and
+// its reorder from plain float32 into that layout ran at 1 G elements/s here (0.62 ms for a
+// 256x256x3x3 pack against 0.13 ms into float32 "Acdb32a"), every step, for every
+// convolution: 8-12 ms of a ResNet-18 step. Bf16WeightPack takes two passes instead:
+// oneDNN's fast reorder into the float32 layout blocked over output channels alone, then a
+// pass that pairs input channels and rounds to bfloat16 (nearest even, as oneDNN rounds).
+// Other layouts, and float32, take oneDNN's reorder as they are.
+class Bf16WeightPack {
+ public:
+  // Whether `to` (a convolution's bf16 weights) is a layout this writes: 4-D, blocked over O
+  // (16, 32, 48 or 64) then pairs of I, the outer dims in the order O-block, H, W, I-pair.
+  static bool handles(const dnnl::memory::desc& to);
+  // Packs the plain float32 OIHW weights `plain` into `to` (handles(to) must hold).
+  Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
+  // user: plain float32 weights; out: memory of `to`. Runs on `st` and waits for it.
+  void run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out);
+
+ private:
+  dnnl::memory mid_;  // float32, blocked over O alone
+  dnnl::reorder to_mid_;
+  int64_t blocks_ = 0, hw_ = 0, pairs_ = 0, in_ = 0, ob_ = 0;  // [blocks][hw][pairs] of [ob][2]
+  int64_t mid_i_ = 0, mid_hw_ = 0, mid_a_ = 0;                    // mid_'s strides (floats)
+  int64_t out_i_ = 0, out_hw_ = 0, out_a_ = 0;                    // out's strides (bf16s)
+};
 
 // ---- bfloat16 products (Note [Math precision] in backends/backend.h) ----------------------
 // Whether oneDNN runs bfloat16 natively here (AVX512-BF16, AMX): its effective ISA, which

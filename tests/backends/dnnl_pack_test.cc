@@ -1,7 +1,7 @@
-// Note [Packing convolution weights] (backends/cpu/dnnl_util.h): pack_oihw_weights writes the
-// very bytes oneDNN's own reorder writes, for the weight layouts its convolutions choose
-// (float32 and bfloat16, channel counts that fill their blocks and counts that leave padding,
-// 1x1 to 7x7 kernels), and says no to layouts it does not write.
+// Note [Packing bfloat16 weights] (backends/cpu/dnnl_util.h): Bf16WeightPack writes the very
+// bytes oneDNN's own reorder writes, for the bfloat16 weight layouts its convolutions choose
+// (channel counts that fill their blocks and counts that leave padding, an odd number of
+// input channels, 1x1 to 7x7 kernels), and says no to layouts it does not write.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,52 +16,50 @@ using md = dnnl::memory::desc;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// The weights layout a forward convolution of this shape picks on this CPU.
-md chosen_weights(int64_t o, int64_t i, int64_t k, int64_t hw, dt type) {
+// The weights layout a bf16 forward convolution of this shape picks on this CPU.
+md chosen_weights(int64_t o, int64_t i, int64_t k, int64_t hw) {
   const dnnl::memory::dims src{32, i, hw, hw}, wei{o, i, k, k}, dst{32, o, hw - k + 1, hw - k + 1};
   const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                             md(src, type, tag::any), md(wei, type, tag::any), md(),
+                                             md(src, dt::bf16, tag::any), md(wei, dt::bf16, tag::any), md(),
                                              md(dst, dt::f32, tag::any), {1, 1}, {0, 0}, {0, 0}, {0, 0});
   return dnnl::convolution_forward::primitive_desc(desc, dnnl_engine()).weights_desc();
 }
 
-TEST(PackOihwWeights, WritesWhatOneDnnsReorderWrites) {
+TEST(Bf16WeightPack, WritesWhatOneDnnsReorderWrites) {
   if (!dnnl_has_bf16()) GTEST_SKIP() << "the bfloat16 layouts need native bfloat16 (" << dnnl_isa_name() << ")";
   struct Shape4 {
     int64_t o, i, k, hw;
   };
   int packed = 0;
-  for (const Shape4 s : {Shape4{64, 64, 3, 8}, Shape4{256, 256, 3, 4}, Shape4{128, 64, 1, 8}, Shape4{24, 3, 7, 16},
-                         Shape4{40, 20, 3, 9}, Shape4{100, 30, 1, 4}, Shape4{512, 256, 2, 3}})
-    for (const dt type : {dt::f32, dt::bf16}) {
-      SCOPED_TRACE(::testing::Message() << "W " << s.o << "x" << s.i << "x" << s.k << "x" << s.k << ", "
-                                        << (type == dt::f32 ? "f32" : "bf16"));
-      const md to = chosen_weights(s.o, s.i, s.k, s.hw, type);
-      if (!packs_oihw_weights(to)) continue;
-      ++packed;
-      const md plain({s.o, s.i, s.k, s.k}, dt::f32, tag::abcd);
-      dnnl::memory user(plain, dnnl_engine()), want(to, dnnl_engine()), got(to, dnnl_engine());
-      std::mt19937 gen(static_cast<unsigned>(s.o * 7 + s.i));
-      std::normal_distribution<float> normal;
-      float* w = static_cast<float*>(user.get_data_handle());
-      for (int64_t n = 0; n < s.o * s.i * s.k * s.k; ++n) w[n] = normal(gen);
-      std::memset(want.get_data_handle(), 0x5A, to.get_size());  // padding must be written, not left
-      std::memset(got.get_data_handle(), 0xA5, to.get_size());
-      dnnl::reorder(user, want).execute(dnnl_stream(), user, want);
-      dnnl_stream().wait();
-      pack_oihw_weights(w, to, got.get_data_handle());
-      EXPECT_EQ(std::memcmp(want.get_data_handle(), got.get_data_handle(), to.get_size()), 0);
-    }
-  EXPECT_GT(packed, 8) << "the convolutions chose layouts pack_oihw_weights does not write";
+  for (const Shape4 s : {Shape4{64, 64, 3, 8}, Shape4{256, 256, 3, 4}, Shape4{128, 64, 1, 8}, Shape4{64, 3, 7, 16},
+                         Shape4{40, 20, 3, 9}, Shape4{100, 30, 1, 4}, Shape4{512, 256, 2, 3}, Shape4{24, 7, 3, 6}}) {
+    SCOPED_TRACE(::testing::Message() << "W " << s.o << "x" << s.i << "x" << s.k << "x" << s.k);
+    const md to = chosen_weights(s.o, s.i, s.k, s.hw);
+    if (!Bf16WeightPack::handles(to)) continue;
+    ++packed;
+    const md plain({s.o, s.i, s.k, s.k}, dt::f32, tag::abcd);
+    dnnl::memory user(plain, dnnl_engine()), want(to, dnnl_engine()), got(to, dnnl_engine());
+    std::mt19937 gen(static_cast<unsigned>(s.o * 7 + s.i));
+    std::normal_distribution<float> normal;
+    float* w = static_cast<float*>(user.get_data_handle());
+    for (int64_t n = 0; n < s.o * s.i * s.k * s.k; ++n) w[n] = normal(gen);
+    std::memset(want.get_data_handle(), 0x5A, to.get_size());  // padding must be written, not left
+    std::memset(got.get_data_handle(), 0xA5, to.get_size());
+    dnnl::reorder(user, want).execute(dnnl_stream(), user, want);
+    dnnl_stream().wait();
+    Bf16WeightPack(plain, to).run(dnnl_stream(), user, got);
+    EXPECT_EQ(std::memcmp(want.get_data_handle(), got.get_data_handle(), to.get_size()), 0);
+  }
+  EXPECT_GE(packed, 6) << "the convolutions chose layouts Bf16WeightPack does not write";
 }
 
-TEST(PackOihwWeights, RefusesOtherLayouts) {
-  EXPECT_FALSE(packs_oihw_weights(md({8, 8, 3, 3}, dt::f32, tag::abcd)));          // plain: nothing to pack
-  EXPECT_FALSE(packs_oihw_weights(md({32, 32, 3, 3}, dt::f32, tag::ABcd16b16a)));  // blocked over I too
-  EXPECT_FALSE(packs_oihw_weights(md({32, 32, 3, 3}, dt::bf16, tag::ABcd8a16b2a)));
-  EXPECT_FALSE(packs_oihw_weights(md({2, 16, 8, 3, 3}, dt::f32, tag::aBcde16b)));  // grouped, 5-D
-  EXPECT_TRUE(packs_oihw_weights(md({64, 32, 3, 3}, dt::f32, tag::Acdb32a)));
-  EXPECT_TRUE(packs_oihw_weights(md({64, 32, 3, 3}, dt::bf16, tag::AcdB32a2b)));
+TEST(Bf16WeightPack, RefusesOtherLayouts) {
+  EXPECT_FALSE(Bf16WeightPack::handles(md({8, 8, 3, 3}, dt::bf16, tag::abcd)));         // plain
+  EXPECT_FALSE(Bf16WeightPack::handles(md({64, 32, 3, 3}, dt::f32, tag::Acdb32a)));     // float32
+  EXPECT_FALSE(Bf16WeightPack::handles(md({32, 32, 3, 3}, dt::bf16, tag::ABcd8a16b2a)));  // blocked over I too
+  EXPECT_FALSE(Bf16WeightPack::handles(md({2, 16, 8, 3, 3}, dt::bf16, tag::aBcde16b)));  // grouped, 5-D
+  EXPECT_TRUE(Bf16WeightPack::handles(md({64, 32, 3, 3}, dt::bf16, tag::AcdB32a2b)));
+  EXPECT_TRUE(Bf16WeightPack::handles(md({100, 31, 1, 1}, dt::bf16, tag::AcdB64a2b)));
 }
 
 }  // namespace

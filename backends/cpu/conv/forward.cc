@@ -4,6 +4,7 @@
 // per input-shape signature (Note [Thin convolutions]); float64 Conv uses im2col + gemm, and
 // ConvTranspose uses gemm + col2im for both float dtypes.
 #include <cstring>
+#include <memory>
 
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
@@ -37,7 +38,7 @@ struct DnnlConv {
   dnnl::reorder src_reorder, wei_reorder, dst_reorder;
   bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
   bool relu_after = false;  // FusedConv's Relu as a pass after the primitive
-  bool pack_wei = false;    // W packed by pack_oihw_weights, not wei_reorder
+  std::shared_ptr<Bf16WeightPack> pack_wei;  // W's bf16 pack, where it replaces wei_reorder
   const void* reordered_weights = nullptr;  // constant weights already reordered
 };
 
@@ -163,8 +164,10 @@ class ConvKernel : public OpKernel {
       }
       if (e.reorder_wei) {
         e.wei = dnnl::memory(pd.weights_desc(), eng);
-        e.pack_wei = grp == 1 && packs_oihw_weights(pd.weights_desc());  // Note [Packing convolution weights]
-        if (!e.pack_wei) e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
+        if (Bf16WeightPack::handles(pd.weights_desc()))  // Note [Packing bfloat16 weights]
+          e.pack_wei = std::make_shared<Bf16WeightPack>(user_wei, pd.weights_desc());
+        else
+          e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
       }
       if (e.reorder_dst) {
         e.dst = dnnl::memory(pd.dst_desc(), eng);
@@ -183,7 +186,7 @@ class ConvKernel : public OpKernel {
     if (e.reorder_src) e.src_reorder.execute(st, e.user_src, e.src);
     if (e.reorder_wei && !(constant_weights_ && e.reordered_weights == w.raw())) {
       if (e.pack_wei)
-        pack_oihw_weights(w.data<float>(), e.wei.get_desc(), e.wei.get_data_handle());
+        e.pack_wei->run(st, e.user_wei, e.wei);
       else
         e.wei_reorder.execute(st, e.user_wei, e.wei);
       e.reordered_weights = w.raw();
