@@ -259,16 +259,21 @@ inline void copy_live_taps(const TapCrop& crop, const Shape& full, float* w, flo
     lo[3 - nsp + i] = crop.lo[i];
   }
   const int64_t planes = full[0] * full[1], fk = k[0] * k[1] * k[2], ck = kc[0] * kc[1] * kc[2];
-  if (back) std::fill(w, w + planes * fk, 0.0f);
-  for (int64_t p = 0; p < planes; ++p)
-    for (int64_t a = 0; a < kc[0]; ++a)
-      for (int64_t b = 0; b < kc[1]; ++b)
-        for (int64_t e = 0; e < kc[2]; ++e) {
-          float& full_tap = w[p * fk + ((a + lo[0]) * k[1] + b + lo[1]) * k[2] + e + lo[2]];
-          float& cut_tap = out[p * ck + (a * kc[1] + b) * kc[2] + e];
-          if (back) full_tap = cut_tap;
-          else cut_tap = full_tap;
-        }
+  // Each live tap's offset in a plane of `w`, once: a plane is often a single tap (ResNet-18's
+  // 512x512 3x3 layers on 1x1 maps: 262,144 planes), where index arithmetic per plane cost
+  // more than the copy.
+  std::vector<int64_t> offset(static_cast<size_t>(ck));
+  for (int64_t a = 0, t = 0; a < kc[0]; ++a)
+    for (int64_t b = 0; b < kc[1]; ++b)
+      for (int64_t e = 0; e < kc[2]; ++e) offset[t++] = ((a + lo[0]) * k[1] + b + lo[1]) * k[2] + e + lo[2];
+  if (back) {
+    std::fill(w, w + planes * fk, 0.0f);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t t = 0; t < ck; ++t) w[p * fk + offset[t]] = out[p * ck + t];
+  } else {
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t t = 0; t < ck; ++t) out[p * ck + t] = w[p * fk + offset[t]];
+  }
 }
 
 }  // namespace omt::cpu
