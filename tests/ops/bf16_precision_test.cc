@@ -90,6 +90,15 @@ TEST(Bf16Precision, ConvGradRoundsDyXAndW) {
   expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 2);
 }
 
+// Note [Convolutions that are fully connected layers]: ResNet-18's layer4 geometry (a 3x3
+// kernel on 1x1 maps, cut to its centre) runs as GEMMs, in bfloat16 too.
+TEST(Bf16Precision, ConvolutionsThatAreFullyConnectedLayers) {
+  const Tensor x = random_tensor({4, 32, 1, 1}, 30), w = random_tensor({24, 32, 3, 3}, 31), b = random_tensor({24}, 32);
+  const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
+  expect_bf16_products("Conv", "", a, {x, w, b}, 1, {2});
+  expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {random_tensor({4, 24, 1, 1}, 33), x, w}, 2);
+}
+
 TEST(Bf16Precision, MatMulWithABatchOfOneMatrixAndBroadcastBatches) {
   expect_bf16_products("MatMul", "", {}, {random_tensor({3, 17, 32}, 9), random_tensor({32, 24}, 10)}, 1);
   expect_bf16_products("MatMul", "", {}, {random_tensor({2, 3, 17, 32}, 11), random_tensor({1, 3, 32, 24}, 12)}, 1);

@@ -224,6 +224,39 @@ TEST(GradNnConv, TapsThatSeeOnlyPaddingAreCut) {
   }
 }
 
+// Note [Convolutions that are fully connected layers] (conv/geometry.h): one output position
+// whose live kernel covers the unpadded input runs as GEMMs on the plain layouts: a kernel as
+// large as the input, ResNet-18's layer4 geometries (cut to 1x1 and to 2x2), 1-D, with a Relu
+// fused; the float32 forward against the float64 one (im2col), gradients by finite
+// differences.
+TEST(GradNnConv, ConvolutionsThatAreFullyConnectedLayers) {
+  struct Case {
+    Shape x, w;
+    AttributeMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 3, 3}, {4, 3, 3, 3}, {}},
+      {{3, 5, 1, 1}, {4, 5, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 3, 2, 2}, {5, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
+      {{2, 2, 4}, {3, 2, 4}, {}},
+  };
+  uint64_t seed = 260;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({c.w[0]}, ++seed);
+    for (const bool relu : {false, true}) {
+      AttributeMap a = c.attrs;
+      if (relu) a.set("activation", std::string("Relu"));
+      const std::string op = relu ? "FusedConv" : "Conv", domain = relu ? "com.onnx-mirror" : "";
+      const Tensor y32 = test::run_node(op, domain, a, {x, w, b})[0];
+      const Tensor y64 = test::run_node(op, domain, a, {f64(x), f64(w), f64(b)})[0];
+      ASSERT_EQ(y32.shape(), y64.shape());
+      for (int64_t i = 0; i < y32.numel(); ++i) EXPECT_NEAR(y32.data<float>()[i], y64.data<double>()[i], 1e-5) << op;
+    }
+    expect_gradients_match(check("Conv", {x, w, b}, {0, 1, 2}, c.attrs), ++seed);
+  }
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.

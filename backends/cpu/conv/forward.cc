@@ -85,6 +85,10 @@ class ConvKernel : public OpKernel {
         copy_live_taps(crop, w.shape(), const_cast<float*>(w.data<float>()), cut_w_.data<float>(), false);
         wp = &cut_w_;
       }
+      if (fully_connected(x.shape(), wp->shape(), out, d, crop.pb, crop.pe, grp)) {
+        fully_connected_forward(x, *wp, b, y);
+        return;
+      }
       std::vector<int64_t> key;
       append_key(key, x.shape());
       append_key(key, wp->shape());
@@ -205,6 +209,20 @@ class ConvKernel : public OpKernel {
     st.wait();
     if (e.relu_after)
       for (float *p = y.data<float>(), *end = p + y.numel(); p != end; ++p) *p = *p > 0.0f ? *p : 0.0f;
+  }
+
+  // Note [Convolutions that are fully connected layers] (conv/geometry.h): Y [N, M] = X W^T + B.
+  void fully_connected_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) const {
+    const int64_t n = x.dim(0), m = w.dim(0), k = w.numel() / std::max<int64_t>(1, m);
+    dnnl_set_num_threads(info_.num_threads);
+    float* py = y.data<float>();
+    gemm(false, true, n, m, k, 1.0f, x.data<float>(), k, w.data<float>(), k, 0.0f, py, m, info_.precision);
+    const float* pb = b ? b->data<float>() : nullptr;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        float v = py[i * m + j] + (pb ? pb[j] : 0.0f);
+        py[i * m + j] = relu_ && !(v > 0.0f) ? 0.0f : v;
+      }
   }
 
   template <class T>

@@ -248,6 +248,25 @@ inline TapCrop crop_dead_taps(const Shape& x, const Shape& w, const Shape& y, co
   return c;
 }
 
+// Note [Convolutions that are fully connected layers]: a convolution with one group whose
+// output is a single position and whose (live, Note [Taps that see only padding]) kernel
+// covers its unpadded input exactly multiplies every input element of a sample by its own
+// weight: X [N, C*H*W] row-major, W [M, C*kh*kw] row-major in the same order, Y [N, M] = X W^T.
+// ResNet-18's layer4 at 3x32x32 is such (2x2 or 1x1 maps, 3x3 kernels cut to 2x2 or 1x1). As
+// GEMMs on the tensors' own layouts (Y = X W^T, dX = dY W, dW = dY^T X; sgemm_bf16 under bf16)
+// they need none of the channel-blocked kernels' reorders of W, dW and the activations, which
+// were most of those layers' time at batch 32 (their 2.4M-float weights are reordered once or
+// twice a step whatever the batch).
+inline bool fully_connected(const Shape& x, const Shape& w_cut, const Shape& y, const std::vector<int64_t>& d,
+                            const std::vector<int64_t>& pb, const std::vector<int64_t>& pe, int64_t group) {
+  if (group != 1) return false;
+  for (size_t i = 2; i < x.size(); ++i) {
+    const size_t j = i - 2;
+    if (y[i] != 1 || pb[j] != 0 || pe[j] != 0 || w_cut[i] != x[i] || (w_cut[i] > 1 && d[j] != 1)) return false;
+  }
+  return true;
+}
+
 // The live taps of `w` [M, C/group, k...] into `out` [M, C/group, k'...] (crop.w_shape), or,
 // with `back`, `out`'s values into those taps of `w` and zeros elsewhere (ConvGrad's dW).
 inline void copy_live_taps(const TapCrop& crop, const Shape& full, float* w, float* out, bool back) {

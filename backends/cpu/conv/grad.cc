@@ -176,6 +176,20 @@ class ConvGradKernel : public OpKernel {
       wp = &cut_w_;
       if (dw) dwp = &cut_dw_;
     }
+    // Note [Convolutions that are fully connected layers] (conv/geometry.h): dX [N, C k] =
+    // dY [N, M] W, dW [M, C k] = dY^T X, on the plain layouts.
+    if (fully_connected(x.shape(), wp->shape(), out, d, crop.pb, crop.pe, attrs_.group)) {
+      const int64_t n = x.dim(0), k = wp->numel() / std::max<int64_t>(1, m);
+      dnnl_set_num_threads(info_.num_threads);
+      if (dx)
+        gemm(false, false, n, k, m, 1.0f, dy.data<float>(), m, wp->data<float>(), k, 0.0f, dx->data<float>(), k,
+             info_.precision);
+      if (dwp)
+        gemm(true, false, m, k, n, 1.0f, dy.data<float>(), m, x.data<float>(), k, 0.0f, dwp->data<float>(), k,
+             info_.precision);
+      if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
+      return;
+    }
     std::vector<int64_t> key;
     append_key(key, x.shape());
     append_key(key, wp->shape());
