@@ -97,12 +97,4 @@ uint16_t float_to_half(float value) {
   return sign | static_cast<uint16_t>(r >> 13);
 }
 
-uint16_t float_to_bfloat16(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 }  // namespace omt

@@ -50,7 +50,13 @@ inline float bfloat16_to_float(uint16_t bits) {
   __builtin_memcpy(&f, &u, 4);
   return f;
 }
-uint16_t float_to_bfloat16(float value);
+// Round to nearest even; a NaN stays a (quiet) NaN. Inline: weight packing calls it per element.
+inline uint16_t float_to_bfloat16(float value) {
+  uint32_t u;
+  __builtin_memcpy(&u, &value, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
 
 template <class T>
 struct DTypeOf;

@@ -129,21 +129,22 @@ void Bf16WeightPack::run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out
   st.wait();
   const float* src = static_cast<const float*>(mid_.get_data_handle());
   uint16_t* dst = static_cast<uint16_t*>(out.get_data_handle());
-  auto bf16_of = [](float f) {
-    uint32_t u = 0;
-    std::memcpy(&u, &f, sizeof u);
-    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  };
   for (int64_t a = 0; a < blocks_; ++a)
     for (int64_t p = 0; p < hw_; ++p)
       for (int64_t q = 0; q < pairs_; ++q) {
         const float* even = src + a * mid_a_ + p * mid_hw_ + 2 * q * mid_i_;
         const float* odd = 2 * q + 1 < in_ ? even + mid_i_ : nullptr;  // I's padding is zero
         uint16_t* o = dst + a * out_a_ + p * out_hw_ + q * out_i_;
-        for (int64_t j = 0; j < ob_; ++j) {
-          o[2 * j] = bf16_of(even[j]);
-          o[2 * j + 1] = odd ? bf16_of(odd[j]) : 0;
-        }
+        if (odd)
+          for (int64_t j = 0; j < ob_; ++j) {
+            o[2 * j] = float_to_bfloat16(even[j]);
+            o[2 * j + 1] = float_to_bfloat16(odd[j]);
+          }
+        else
+          for (int64_t j = 0; j < ob_; ++j) {
+            o[2 * j] = float_to_bfloat16(even[j]);
+            o[2 * j + 1] = 0;
+          }
       }
 }
 

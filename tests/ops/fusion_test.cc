@@ -110,23 +110,26 @@ Tensor awkward_activations(const Shape& s, uint64_t seed) {
   return t;
 }
 
-// dX of 2x2 / stride 2 max pooling by the definition: each window's first maximum, or its
-// last NaN (PyTorch's rule), gets the window's gradient.
-Tensor reference_pool_grad_2x2(const Tensor& x, const Tensor& dy, bool relu) {
-  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = h / 2, ow = w / 2;
+// dX of 2-D max pooling by the definition, for any kernel, stride, pads and dilation (no
+// ceil mode): window (oy, ox) holds the taps (oy*s - pad + ky*d, ox*s - pad + kx*d) inside
+// the input, visited row by row; its first maximum, or its last NaN, gets the gradient.
+Tensor reference_pool_grad_2d(const Tensor& x, const Tensor& dy, Ints k, Ints s, Ints pads, Ints d, bool relu) {
+  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = dy.dim(2), ow = dy.dim(3);
   Tensor dx = Tensor::zeros(DType::kFloat32, x.shape());
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t oy = 0; oy < oh; ++oy)
       for (int64_t ox = 0; ox < ow; ++ox) {
         int64_t arg = -1;
         float best = 0;
-        for (int64_t dy_ = 0; dy_ < 2; ++dy_)
-          for (int64_t dx_ = 0; dx_ < 2; ++dx_) {
-            const int64_t at = (p * h + 2 * oy + dy_) * w + 2 * ox + dx_;
+        for (int64_t ky = 0; ky < k[0]; ++ky)
+          for (int64_t kx = 0; kx < k[1]; ++kx) {
+            const int64_t iy = oy * s[0] - pads[0] + ky * d[0], ix = ox * s[1] - pads[1] + kx * d[1];
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+            const int64_t at = (p * h + iy) * w + ix;
             const float v = x.data<float>()[at];
             if (arg < 0 || v > best || std::isnan(v)) arg = at, best = v;
           }
-        if (!relu || best > 0) dx.data<float>()[arg] = dy.data<float>()[(p * oh + oy) * ow + ox];
+        if (arg >= 0 && (!relu || best > 0)) dx.data<float>()[arg] += dy.data<float>()[(p * oh + oy) * ow + ox];
       }
   return dx;
 }
@@ -177,35 +180,11 @@ TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
       NamedTensors feeds;
       feeds.set("dp", dy);
       feeds.set("y", x);
-      EXPECT_TRUE(tensors_identical(run_graph(g, feeds),
-                                    reference_pool_grad_2x2(x, dy, std::string(op) == "MaxPoolReluGrad")))
+      EXPECT_TRUE(tensors_identical(run_graph(g, feeds), reference_pool_grad_2d(x, dy, {2, 2}, {2, 2}, {0, 0, 0, 0},
+                                                                              {1, 1}, std::string(op) == "MaxPoolReluGrad")))
           << op;
     }
   }
-}
-
-// dX of 2-D max pooling by the definition, for any kernel, stride, pads and dilation (no
-// ceil mode): window (oy, ox) holds the taps (oy*s - pad + ky*d, ox*s - pad + kx*d) inside
-// the input, visited row by row; its first maximum, or its last NaN, gets the gradient.
-Tensor reference_pool_grad_2d(const Tensor& x, const Tensor& dy, Ints k, Ints s, Ints pads, Ints d, bool relu) {
-  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = dy.dim(2), ow = dy.dim(3);
-  Tensor dx = Tensor::zeros(DType::kFloat32, x.shape());
-  for (int64_t p = 0; p < planes; ++p)
-    for (int64_t oy = 0; oy < oh; ++oy)
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        int64_t arg = -1;
-        float best = 0;
-        for (int64_t ky = 0; ky < k[0]; ++ky)
-          for (int64_t kx = 0; kx < k[1]; ++kx) {
-            const int64_t iy = oy * s[0] - pads[0] + ky * d[0], ix = ox * s[1] - pads[1] + kx * d[1];
-            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-            const int64_t at = (p * h + iy) * w + ix;
-            const float v = x.data<float>()[at];
-            if (arg < 0 || v > best || std::isnan(v)) arg = at, best = v;
-          }
-        if (arg >= 0 && (!relu || best > 0)) dx.data<float>()[arg] += dy.data<float>()[(p * oh + oy) * ow + ox];
-      }
-  return dx;
 }
 
 // Note [Tap-major max pooling] (backends/cpu/pool/grad.cc): the general path routes like the

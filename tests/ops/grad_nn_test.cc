@@ -196,55 +196,20 @@ TEST(GradNnConv, DepthwiseOnSmallMaps) {
   }
 }
 
-// Note [Taps that see only padding]: where some taps only ever see padding the kernels run
-// the convolution of the live taps. ResNet-18's layer4 at 3x32x32: a 3x3 pad-1 kernel on a
-// 1x1 input (only the centre is live), and the stride-2 one from 2x2 (the last two rows and
-// columns); a dimension cut while the other stays whole; a 1-D kernel with dilation.
-TEST(GradNnConv, TapsThatSeeOnlyPaddingAreCut) {
-  struct Case {
-    Shape x, w;
-    AttributeMap attrs;
-  };
-  const std::vector<Case> cases = {
-      {{2, 3, 1, 1}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
-      {{2, 3, 2, 2}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
-      {{2, 3, 1, 4}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
-      {{2, 2, 2}, {3, 2, 3}, attrs_of({{"pads", Ints{2, 2}}, {"dilations", Ints{2}}})},
-  };
-  uint64_t seed = 220;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
-    const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({c.w[0]}, ++seed);
-    // The float32 forward (cut) against the float64 one (im2col over every tap).
-    const Tensor y32 = test::run_node("Conv", "", c.attrs, {x, w, b})[0];
-    const Tensor y64 = test::run_node("Conv", "", c.attrs, {f64(x), f64(w), f64(b)})[0];
-    ASSERT_EQ(y32.shape(), y64.shape());
-    for (int64_t i = 0; i < y32.numel(); ++i) EXPECT_NEAR(y32.data<float>()[i], y64.data<double>()[i], 1e-5);
-    expect_gradients_match(check("Conv", {x, w, b}, {0, 1, 2}, c.attrs), ++seed);
-  }
-}
+// A convolution case: input and weight shapes, attributes.
+struct ConvCase {
+  Shape x, w;
+  AttributeMap attrs;
+};
 
-// Note [Convolutions that are fully connected layers] (conv/geometry.h): one output position
-// whose live kernel covers the unpadded input runs as GEMMs on the plain layouts: a kernel as
-// large as the input, ResNet-18's layer4 geometries (cut to 1x1 and to 2x2), 1-D, with a Relu
-// fused; the float32 forward against the float64 one (im2col), gradients by finite
-// differences.
-TEST(GradNnConv, ConvolutionsThatAreFullyConnectedLayers) {
-  struct Case {
-    Shape x, w;
-    AttributeMap attrs;
-  };
-  const std::vector<Case> cases = {
-      {{2, 3, 3, 3}, {4, 3, 3, 3}, {}},
-      {{3, 5, 1, 1}, {4, 5, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
-      {{2, 3, 2, 2}, {5, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
-      {{2, 2, 4}, {3, 2, 4}, {}},
-  };
-  uint64_t seed = 260;
-  for (const Case& c : cases) {
+// For each case: the float32 Conv against the float64 one (im2col over every tap), and with
+// `fused_relu` FusedConv with a Relu likewise; then Conv's gradients by finite differences.
+void expect_convolutions_match(const std::vector<ConvCase>& cases, uint64_t seed, bool fused_relu = false) {
+  for (const ConvCase& c : cases) {
     SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
     const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({c.w[0]}, ++seed);
     for (const bool relu : {false, true}) {
+      if (relu && !fused_relu) continue;
       AttributeMap a = c.attrs;
       if (relu) a.set("activation", std::string("Relu"));
       const std::string op = relu ? "FusedConv" : "Conv", domain = relu ? "com.onnx-mirror" : "";
@@ -257,31 +222,47 @@ TEST(GradNnConv, ConvolutionsThatAreFullyConnectedLayers) {
   }
 }
 
+// Note [Taps that see only padding]: where some taps only ever see padding the kernels run
+// the convolution of the live taps. ResNet-18's layer4 at 3x32x32: a 3x3 pad-1 kernel on a
+// 1x1 input (only the centre is live), and the stride-2 one from 2x2 (the last two rows and
+// columns); a dimension cut while the other stays whole; a 1-D kernel with dilation.
+TEST(GradNnConv, TapsThatSeeOnlyPaddingAreCut) {
+  const std::vector<ConvCase> cases = {
+      {{2, 3, 1, 1}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 3, 2, 2}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
+      {{2, 3, 1, 4}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 2, 2}, {3, 2, 3}, attrs_of({{"pads", Ints{2, 2}}, {"dilations", Ints{2}}})},
+  };
+  expect_convolutions_match(cases, 220);
+}
+
+// Note [Convolutions that are fully connected layers] (conv/geometry.h): one output position
+// whose live kernel covers the unpadded input runs as GEMMs on the plain layouts: a kernel as
+// large as the input, ResNet-18's layer4 geometries (cut to 1x1 and to 2x2), 1-D, with a Relu
+// fused; the float32 forward against the float64 one (im2col), gradients by finite
+// differences.
+TEST(GradNnConv, ConvolutionsThatAreFullyConnectedLayers) {
+  const std::vector<ConvCase> cases = {
+      {{2, 3, 3, 3}, {4, 3, 3, 3}, {}},
+      {{3, 5, 1, 1}, {4, 5, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 3, 2, 2}, {5, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
+      {{2, 2, 4}, {3, 2, 4}, {}},
+  };
+  expect_convolutions_match(cases, 260, /*fused_relu=*/true);
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.
 TEST(GradNnConv, PointwiseOnPlainAndBlockedLayouts) {
-  struct Case {
-    Shape x, w;
-    AttributeMap attrs;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{2, 8, 4, 4}, {16, 8, 1, 1}, {}},
       {{2, 8, 2, 2}, {16, 8, 1, 1}, {}},
       {{2, 5, 20}, {3, 5, 1}, {}},
       {{2, 8, 8, 8}, {16, 8, 1, 1}, attrs_of({{"strides", Ints{2, 2}}})},
       {{2, 8, 4, 4}, {16, 8, 1, 1}, attrs_of({{"pads", Ints{1, 0, 1, 0}}})},
   };
-  uint64_t seed = 240;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
-    const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({c.w[0]}, ++seed);
-    const Tensor y32 = test::run_node("Conv", "", c.attrs, {x, w, b})[0];
-    const Tensor y64 = test::run_node("Conv", "", c.attrs, {f64(x), f64(w), f64(b)})[0];
-    ASSERT_EQ(y32.shape(), y64.shape());
-    for (int64_t i = 0; i < y32.numel(); ++i) EXPECT_NEAR(y32.data<float>()[i], y64.data<double>()[i], 1e-5);
-    expect_gradients_match(check("Conv", {x, w, b}, {0, 1, 2}, c.attrs), ++seed);
-  }
+  expect_convolutions_match(cases, 240);
 }
 
 // ---- pooling ----------------------------------------------------------------------------

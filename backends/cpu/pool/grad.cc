@@ -49,9 +49,14 @@ class PoolWindows {
 // the best so far or NaN), as in PyTorch's max pooling.
 struct RowScratch {
   std::vector<int64_t> lo, hi;  // per tap k of the innermost dim: its outputs [lo, hi)
-  std::vector<float> best32;
+  std::vector<float> best32;    // the row's running maxima, by dtype
   std::vector<double> best64;
   std::vector<int32_t> arg;  // the winning tap's index in the plane, or -1
+  template <class T>
+  std::vector<T>& best() {
+    if constexpr (std::is_same_v<T, float>) return best32;
+    else return best64;
+  }
 };
 
 // Tap k (input indices base + o * s) against the running bests of outputs [lo, hi).
@@ -105,7 +110,8 @@ void take_larger(const T* xp, int64_t base, int64_t s, int64_t lo, int64_t hi, T
 // X[argmax] > 0 (ReluGrad folded in). A plane's indices fit in int32 (the caller checks).
 template <class T>
 void max_pool_grad(const PoolGeometry& g, int64_t planes, const T* x, const T* dy, T* dx, bool relu,
-                   std::vector<T>& best, RowScratch& r) {
+                   RowScratch& r) {
+  std::vector<T>& best = r.best<T>();
   const int64_t isz = g.in_size(), osz = g.out_size(), ow = g.out[2];
   const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
   std::memset(dx, 0, sizeof(T) * planes * isz);
@@ -208,15 +214,8 @@ class MaxPoolGradKernel : public OpKernel {
     }
     OMT_CHECK(g.in_size() < (int64_t{1} << 31), kUnsupported, info_.where(), ": X ", x.describe(),
               " has planes of 2^31 elements or more");
-    if (x.dtype() == DType::kFloat32) {
-      max_pool_grad<float>(g, x.dim(0) * x.dim(1), x.data<float>(), dy.data<float>(), dx.data<float>(), relu_,
-                           rows_.best32, rows_);
-    } else if (x.dtype() == DType::kFloat64) {
-      max_pool_grad<double>(g, x.dim(0) * x.dim(1), x.data<double>(), dy.data<double>(), dx.data<double>(),
-                            relu_, rows_.best64, rows_);
-    } else {
-      unsupported_dtype(info_, x.dtype());
-    }
+    OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()),
+                       max_pool_grad<T>(g, x.dim(0) * x.dim(1), x.data<T>(), dy.data<T>(), dx.data<T>(), relu_, rows_));
   }
 
  private:
