@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -93,12 +94,22 @@ void LocalWorld::end_children(int grace_s) {
     const bool late = std::chrono::steady_clock::now() >= deadline;
     for (auto it = left.begin(); it != left.end();) {
       if (late) kill(*it, SIGKILL);
-      const pid_t got = waitpid(*it, nullptr, late ? 0 : WNOHANG);
+      int st = 0;
+      const pid_t got = waitpid(*it, &st, late ? 0 : WNOHANG);
+      // A child ended by another signal than ours (a crash, a kill from outside) is the
+      // likely cause of the failure that brought us here, and its own log says nothing.
+      if (got == *it && !late && WIFSIGNALED(st) && WTERMSIG(st) != SIGTERM) report_signalled(*it, WTERMSIG(st));
       it = got == *it || (got < 0 && errno == ECHILD) ? left.erase(it) : it + 1;
     }
     if (!left.empty() && !late) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   children_.clear();
+}
+
+void LocalWorld::report_signalled(pid_t pid, int signal) const {
+  const auto at = std::find(children_.begin(), children_.end(), pid);
+  std::cerr << "onnx-mirror-train: rank " << (at - children_.begin()) + 1 << " (process " << pid
+            << ") of the local world ended by signal " << signal << " (" << strsignal(signal) << ")\n";
 }
 
 void LocalWorld::remove_folder() {

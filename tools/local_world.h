@@ -16,7 +16,9 @@ namespace omt::tools {
 // removes the folder with std::filesystem. After a kill -9 of rank 0 the children find it
 // gone within --timeout and end; the folder it leaves is removed by the next launch, which
 // deletes every omt-world-<pid>-* folder of this user whose pid is dead (kill(pid, 0) fails
-// with ESRCH). Children inherit stdout/stderr.
+// with ESRCH). Children inherit stdout/stderr. A child that ended by a signal other than the
+// launcher's own (a crash, a kill from outside) is named on the way out, since nothing in its
+// own log says so.
 class LocalWorld {
  public:
   // Makes the folder, a fresh OMT_RUN_SECRET, and starts ranks 1..nproc-1 as copies of this
@@ -33,6 +35,8 @@ class LocalWorld {
  private:
   static constexpr int kGraceSeconds = 5;
   void end_children(int grace_s);
+  // "rank 2 (process 77) of the local world ended by signal 11 (Segmentation fault)", to stderr.
+  void report_signalled(pid_t pid, int signal) const;
   void remove_folder();
   // /tmp/omt-world-<pid>-* folders of this user whose launcher is dead (or is this pid: a
   // reused one, since this process has made none yet).

@@ -332,7 +332,7 @@ TEST(TrainSignals, StoppedRankIsNamedWithinTheTimeout) {
 
 // kill -9 of any rank of `--nproc 3` mid-training: every survivor exits non-zero within the
 // timeout + 10 s, naming the killed rank by rank and pid (its connection is lost), and the
-// launcher reaps everything. 20 trials, each rank in turn, at a random moment.
+// launcher reaps everything and says which rank ended by which signal. 20 trials, each rank in turn, at a random moment.
 TEST(TrainSignals, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
   test::TempDir dir;
   const std::string data = write_slice(dir, "train.npz", 512);
@@ -351,6 +351,9 @@ TEST(TrainSignals, KilledRankIsNamedBySurvivorsWithinTheTimeout) {
     ASSERT_TRUE(WIFEXITED(e.status)) << what << "\n" << e.log;
     EXPECT_NE(WEXITSTATUS(e.status), 0) << what << "\n" << e.log;
     EXPECT_NE(e.log.find(str_cat("rank ", victim + 1, " (pid ", killed, " on host")), std::string::npos) << what << "\n" << e.log;
+    EXPECT_NE(e.log.find(str_cat("rank ", victim + 1, " (process ", killed, ") of the local world ended by signal 9 (Killed)")),
+              std::string::npos)
+        << what << "\n" << e.log;
     for (pid_t c : w.children) EXPECT_TRUE(gone(c)) << what << ": child " << c << " left";
   }
 }
