@@ -317,6 +317,37 @@ void BM_StemMaxPoolReluGrad(benchmark::State& st) {
 }
 BENCHMARK(BM_StemMaxPoolReluGrad)->Arg(32)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// ResNet-18's layer4 3x3 convolutions at 3x32x32 run on 1x1 maps with pad 1: only the centre
+// tap sees data (Note [Taps that see only padding]), so these are weight-sized: the live taps
+// are gathered from W and dW written whole, whatever the batch.
+AttributeMap layer4_attrs() {
+  AttributeMap a = conv_attrs();
+  a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  return a;
+}
+
+void BM_Layer4Conv(benchmark::State& st) {
+  const int64_t batch = st.range(0);
+  OneNode node("", "Conv", layer4_attrs(),
+               {random_tensor({batch, 512, 1, 1}, 1), random_tensor({512, 512, 3, 3}, 2)}, {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * 512 * 512 * 9);  // W read whole
+}
+BENCHMARK(BM_Layer4Conv)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Layer4ConvGrad(benchmark::State& st) {
+  const int64_t batch = st.range(0);
+  OneNode node("com.onnx-mirror", "ConvGrad", layer4_attrs(),
+               {random_tensor({batch, 512, 1, 1}, 1), random_tensor({batch, 512, 1, 1}, 2),
+                random_tensor({512, 512, 3, 3}, 3)},
+               {true, true, false});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 2 * 4.0 * 512 * 512 * 9);  // W read whole, dW written whole
+}
+BENCHMARK(BM_Layer4ConvGrad)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // ---- gradient reduction ---------------------------------------------------------------------
 
 // What 2 local replicas do per bucket today (runtime/reducer.cc, Reducer::reduce):

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "backends/cpu/conv/geometry.h"
 #include "graph/autodiff.h"
 #include "runtime/session.h"
 #include "tests/ops/gradient_check.h"
@@ -247,8 +248,27 @@ TEST(GradNnConv, ConvolutionsThatAreFullyConnectedLayers) {
       {{3, 5, 1, 1}, {4, 5, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
       {{2, 3, 2, 2}, {5, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
       {{2, 2, 4}, {3, 2, 4}, {}},
+      {{2, 3, 2, 2}, {4, 3, 2, 2}, attrs_of({{"pads", Ints{0, 0, 1, 1}}, {"strides", Ints{2, 2}}})},
   };
   expect_convolutions_match(cases, 260, /*fused_relu=*/true);
+}
+
+// The geometries above that claim the GEMM path take it: ResNet-18's layer4 at 3x32x32 (3x3,
+// pad 1, on 1x1 maps; stride 2 on 2x2 maps, whose cut keeps a trailing pad no output
+// reaches), and not a 2x2 map at stride 1, where four outputs see different taps.
+TEST(GradNnConv, ResNetLayer4GeometriesAreFullyConnected) {
+  struct Case {
+    int64_t in, stride;
+    bool expected;
+  };
+  for (const Case& c : {Case{1, 1, true}, Case{2, 2, true}, Case{2, 1, false}, Case{3, 2, false}}) {
+    const std::vector<int64_t> k{3, 3}, s{c.stride, c.stride}, d{1, 1}, pb{1, 1}, pe{1, 1};
+    const int64_t out = (c.in + 2 - 3) / c.stride + 1;
+    const Shape x{4, 256, c.in, c.in}, w{512, 256, 3, 3}, y{4, 512, out, out};
+    const cpu::TapCrop crop = cpu::crop_dead_taps(x, w, y, k, s, d, pb, pe);
+    EXPECT_EQ(cpu::fully_connected(x, crop.w_shape, y, d, crop.pb, crop.pe, 1), c.expected)
+        << c.in << "x" << c.in << " stride " << c.stride << ", cut to " << shape_str(crop.w_shape);
+  }
 }
 
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
