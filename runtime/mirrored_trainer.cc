@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/parameter_versions.h"
 #include "common/splitmix64.h"
 #include "common/threads.h"
 #include "runtime/config_fingerprint.h"
@@ -134,7 +135,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       [impl](std::exception_ptr e) { impl->core.reducer->fail(e); });
 }
 
-MirroredTrainer::~MirroredTrainer() = default;
+MirroredTrainer::~MirroredTrainer() { ParameterVersions::get().forget(this); }
 
 int MirroredTrainer::local_replicas() const { return impl_->core.R; }
 int MirroredTrainer::world_size() const { return impl_->core.R * impl_->core.processes.size(); }
@@ -177,7 +178,25 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
   m.micro = micro;
   m.global_count = global_count;
   m.lr = lr;
-  impl_->pool->run();  // Note [Step schedule] in runtime/replica_strategy.cc
+  // Note [Parameter versions] (common/parameter_versions.h): the replicas' parameters are
+  // what they read through the step's forward and backward passes, unchanged until the update.
+  const bool versioned = !strategy.on_device();
+  if (versioned) {
+    ParameterVersions::Buffers buffers;
+    for (const auto& rep : m.reps)
+      for (const auto& name : rep.params.names()) {
+        const Tensor& t = rep.params.at(name);
+        buffers.emplace_back(t.raw(), t.nbytes());
+      }
+    ParameterVersions::get().open(this, std::move(buffers));
+  }
+  try {
+    impl_->pool->run();  // Note [Step schedule] in runtime/replica_strategy.cc
+  } catch (...) {
+    if (versioned) ParameterVersions::get().close(this);
+    throw;
+  }
+  if (versioned) ParameterVersions::get().close(this);
   if (std::exception_ptr e = m.reducer->first_error()) std::rethrow_exception(e);
 
   MirroredStepResult result;

@@ -70,8 +70,8 @@ int LocalWorld::wait(int status) {
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      std::cerr << "onnx-mirror-train: process " << pid << " of the local world exited with "
-                << (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) << "\n";
+      std::cerr << ("onnx-mirror-train: process " + std::to_string(pid) + " of the local world exited with " +
+                    std::to_string(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) + "\n");
       status = status ? status : 6;
     }
   }
@@ -108,8 +108,10 @@ void LocalWorld::end_children(int grace_s) {
 
 void LocalWorld::report_signalled(pid_t pid, int signal) const {
   const auto at = std::find(children_.begin(), children_.end(), pid);
-  std::cerr << "onnx-mirror-train: rank " << (at - children_.begin()) + 1 << " (process " << pid
-            << ") of the local world ended by signal " << signal << " (" << strsignal(signal) << ")\n";
+  // One write: the other ranks print their own errors at the same moment.
+  std::cerr << ("onnx-mirror-train: rank " + std::to_string((at - children_.begin()) + 1) + " (process " +
+                std::to_string(pid) + ") of the local world ended by signal " + std::to_string(signal) + " (" +
+                strsignal(signal) + ")\n");
 }
 
 void LocalWorld::remove_folder() {

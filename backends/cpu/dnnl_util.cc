@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/parameter_versions.h"
+
 // OpenMP's per-thread team size, looked up weakly: oneDNN loads the OpenMP runtime, but this
 // library does not link it directly (Note [oneDNN threads] below).
 extern "C" void omp_set_num_threads(int) __attribute__((weak));
@@ -87,6 +89,42 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
             " for M=", m, " N=", n, " K=", k);
 }
 
+// ---- SharedWeightReorder (Note [Parameter versions]) ---------------------------------------
+
+namespace {
+
+// Whether dimension 0 of `md` (plain or blocked, no offset) is outermost, unpadded, and in
+// blocks that split into `parts` equal contiguous ranges.
+bool splits_on_dim0(const dnnl_memory_desc_t& md, int parts) {
+  if (md.format_kind != dnnl_blocked || md.ndims < 1 || md.offset0 != 0 || md.dims[0] != md.padded_dims[0])
+    return false;
+  const dnnl_blocking_desc_t& b = md.format_desc.blocking;
+  int64_t block = 1, total = 1;
+  for (int i = 0; i < b.inner_nblks; ++i)
+    if (b.inner_idxs[i] == 0) block *= b.inner_blks[i];
+  for (int i = 0; i < md.ndims; ++i) total *= md.padded_dims[i];
+  return md.dims[0] % (block * parts) == 0 && b.strides[0] * (md.padded_dims[0] / block) == total;
+}
+
+// `md` with dimension 0 cut to its parts-th.
+dnnl::memory::desc part_of(const dnnl::memory::desc& md, int parts) {
+  dnnl_memory_desc_t d = md.data;
+  d.dims[0] /= parts;
+  d.padded_dims[0] /= parts;
+  return dnnl::memory::desc(d);
+}
+
+std::string layout_key(const dnnl_memory_desc_t& md) {
+  std::string k = std::to_string(md.data_type) + ":" + std::to_string(md.ndims);
+  const dnnl_blocking_desc_t& b = md.format_desc.blocking;
+  for (int i = 0; i < md.ndims; ++i)
+    k += "," + std::to_string(md.dims[i]) + "/" + std::to_string(md.padded_dims[i]) + "/" + std::to_string(b.strides[i]);
+  for (int i = 0; i < b.inner_nblks; ++i) k += ";" + std::to_string(b.inner_idxs[i]) + "x" + std::to_string(b.inner_blks[i]);
+  return k;
+}
+
+}  // namespace
+
 bool Bf16WeightPack::handles(const dnnl::memory::desc& to) {
   const dnnl_memory_desc_t& d = to.data;
   if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0 || d.data_type != dnnl_bf16) return false;
@@ -109,7 +147,16 @@ Bf16WeightPack::Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memo
   const tag mid_tag = ob_ == 16 ? tag::Acdb16a : ob_ == 32 ? tag::Acdb32a : ob_ == 48 ? tag::Acdb48a : tag::Acdb64a;
   const dnnl::memory::desc mid(to.dims(), dnnl::memory::data_type::f32, mid_tag);
   mid_ = dnnl::memory(mid, dnnl_engine());
-  to_mid_ = dnnl::reorder(dnnl::memory(plain, dnnl_engine(), nullptr), mid_);
+  int n = SharedWeightReorder::kParts;
+  while (n > 1 && !(splits_on_dim0(plain.data, n) && splits_on_dim0(mid.data, n) && splits_on_dim0(to.data, n))) n /= 2;
+  const dnnl::memory::desc src_part = n > 1 ? part_of(plain, n) : plain, mid_part = n > 1 ? part_of(mid, n) : mid;
+  src_part_bytes_ = src_part.get_size();
+  mid_part_bytes_ = mid_part.get_size();
+  for (int i = 0; i < n; ++i) {
+    part_src_.emplace_back(src_part, dnnl_engine(), nullptr);
+    part_mid_.emplace_back(mid_part, dnnl_engine(), nullptr);
+    to_mid_.emplace_back(part_src_.back(), part_mid_.back());
+  }
   const dnnl_blocking_desc_t& mb = mid.data.format_desc.blocking;
   blocks_ = d.padded_dims[0] / ob_;
   hw_ = d.dims[2] * d.dims[3];
@@ -125,11 +172,20 @@ Bf16WeightPack::Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memo
 }
 
 void Bf16WeightPack::run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out) {
-  to_mid_.execute(st, user, mid_);
+  for (int i = 0; i < parts(); ++i) run_part(st, user.get_data_handle(), out.get_data_handle(), i);
+}
+
+void Bf16WeightPack::run_part(dnnl::stream& st, const void* w, void* out, int part) {
+  const size_t i = static_cast<size_t>(part);
+  char* mid = static_cast<char*>(mid_.get_data_handle());
+  part_src_[i].set_data_handle(const_cast<char*>(static_cast<const char*>(w)) + i * src_part_bytes_);
+  part_mid_[i].set_data_handle(mid + i * mid_part_bytes_);
+  to_mid_[i].execute(st, part_src_[i], part_mid_[i]);
   st.wait();
   const float* src = static_cast<const float*>(mid_.get_data_handle());
-  uint16_t* dst = static_cast<uint16_t*>(out.get_data_handle());
-  for (int64_t a = 0; a < blocks_; ++a)
+  uint16_t* dst = static_cast<uint16_t*>(out);
+  const int64_t first = blocks_ * part / parts(), last = blocks_ * (part + 1) / parts();
+  for (int64_t a = first; a < last; ++a)
     for (int64_t p = 0; p < hw_; ++p)
       for (int64_t q = 0; q < pairs_; ++q) {
         const float* even = src + a * mid_a_ + p * mid_hw_ + 2 * q * mid_i_;
@@ -260,6 +316,44 @@ void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double a
     for (int64_t j = 0; j < n; ++j)
       crow[j] = alpha * row[j] + (beta == 0.0 ? 0.0 : beta * crow[j]);
   }
+}
+
+
+SharedWeightReorder::SharedWeightReorder(const dnnl::memory::desc& plain, const dnnl::memory::desc& to)
+    : key_("reorder " + layout_key(plain.data) + " -> " + layout_key(to.data)), bytes_(to.get_size()) {
+  if (to.data.format_kind != dnnl_blocked) return;  // no sharing: get() returns nullptr
+  if (Bf16WeightPack::handles(to)) {
+    pack_ = std::make_shared<Bf16WeightPack>(plain, to);
+    return;
+  }
+  int n = kParts;
+  while (n > 1 && !(splits_on_dim0(plain.data, n) && splits_on_dim0(to.data, n))) n /= 2;
+  dnnl::engine& eng = dnnl_engine();
+  const dnnl::memory::desc src = n > 1 ? part_of(plain, n) : plain, dst = n > 1 ? part_of(to, n) : to;
+  for (int i = 0; i < n; ++i) {
+    Part p;
+    p.src = dnnl::memory(src, eng, nullptr);
+    p.dst = dnnl::memory(dst, eng, nullptr);
+    p.prim = dnnl::reorder(p.src, p.dst);
+    p.src_offset = static_cast<size_t>(i) * src.get_size();
+    p.dst_offset = static_cast<size_t>(i) * dst.get_size();
+    parts_.push_back(std::move(p));
+  }
+}
+
+void* SharedWeightReorder::get(dnnl::stream& st, const void* w, size_t bytes) {
+  if (parts() == 0) return nullptr;
+  ParameterVersions& versions = ParameterVersions::get();
+  const uint64_t v = versions.version(w, bytes);
+  if (v == 0) return nullptr;
+  return versions.derived(w, v, key_, bytes_, parts(), [&](void* dst, int i) {
+    if (pack_) return pack_->run_part(st, w, dst, i);
+    Part& p = parts_[static_cast<size_t>(i)];
+    p.src.set_data_handle(const_cast<char*>(static_cast<const char*>(w)) + p.src_offset);
+    p.dst.set_data_handle(static_cast<char*>(dst) + p.dst_offset);
+    p.prim.execute(st, p.src, p.dst);
+    st.wait();
+  });
 }
 
 }  // namespace omt::cpu

@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,13 +105,50 @@ class Bf16WeightPack {
   Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
   // user: plain float32 weights; out: memory of `to`. Runs on `st` and waits for it.
   void run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out);
+  // The same in parts() parts of whole output-channel blocks (SharedWeightReorder): part
+  // `part` of the plain weights at `w` into its part of `out`.
+  int parts() const { return static_cast<int>(to_mid_.size()); }
+  void run_part(dnnl::stream& st, const void* w, void* out, int part);
 
  private:
   dnnl::memory mid_;  // float32, blocked over O alone
-  dnnl::reorder to_mid_;
+  std::vector<dnnl::reorder> to_mid_;          // by part
+  std::vector<dnnl::memory> part_src_, part_mid_;
+  size_t src_part_bytes_ = 0, mid_part_bytes_ = 0;
   int64_t blocks_ = 0, hw_ = 0, pairs_ = 0, in_ = 0, ob_ = 0;  // [blocks][hw][pairs] of [ob][2]
   int64_t mid_i_ = 0, mid_hw_ = 0, mid_a_ = 0;                    // mid_'s strides (floats)
   int64_t out_i_ = 0, out_hw_ = 0, out_a_ = 0;                    // out's strides (bf16s)
+};
+
+// ---- weights reordered once a step (Note [Parameter versions] in common/parameter_versions.h)
+// A reorder of plain weights into a primitive's layout whose result every kernel of a
+// training step that asks for the same parameter in the same layout shares: the forward
+// convolutions of all local replicas, or their backward data passes. The layouts oneDNN picks
+// for convolution weights keep output-channel blocks outermost, so whole blocks of output
+// channels are contiguous in both layouts and the reorder runs in up to kParts such parts,
+// one taken at a time by each kernel that asks.
+class SharedWeightReorder {
+ public:
+  static constexpr int kParts = 4;
+  SharedWeightReorder(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
+  // The weights at `w` (`bytes` of plain layout) in the layout `to`, or nullptr when they
+  // are no parameter of an open training step (then the caller reorders them itself).
+  // Runs on `st` and waits for it.
+  void* get(dnnl::stream& st, const void* w, size_t bytes);
+  int parts() const { return pack_ ? pack_->parts() : static_cast<int>(parts_.size()); }
+  // The bf16 pack it runs, if any: the caller's own reorder when get() returns nullptr.
+  const std::shared_ptr<Bf16WeightPack>& pack() const { return pack_; }
+
+ private:
+  struct Part {
+    dnnl::memory src, dst;
+    dnnl::reorder prim;
+    size_t src_offset = 0, dst_offset = 0;
+  };
+  std::string key_;
+  size_t bytes_ = 0;
+  std::vector<Part> parts_;
+  std::shared_ptr<Bf16WeightPack> pack_;  // Note [Packing bfloat16 weights], where it applies
 };
 
 // ---- bfloat16 products (Note [Math precision] in backends/backend.h) ----------------------

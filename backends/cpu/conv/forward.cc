@@ -39,6 +39,8 @@ struct DnnlConv {
   bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
   bool relu_after = false;  // FusedConv's Relu as a pass after the primitive
   std::shared_ptr<Bf16WeightPack> pack_wei;  // W's bf16 pack, where it replaces wei_reorder
+  std::shared_ptr<SharedWeightReorder> shared_wei;  // Note [Parameter versions]: the step's one reorder
+  dnnl::memory shared_wei_mem;                      // over its buffer
   const void* reordered_weights = nullptr;  // constant weights already reordered
 };
 
@@ -80,10 +82,10 @@ class ConvKernel : public OpKernel {
       // Note [Taps that see only padding] (conv/geometry.h).
       const TapCrop crop = crop_dead_taps(x.shape(), w.shape(), out, k, s, d, pb, pe);
       const Tensor* wp = &w;
+      Tensor live;
       if (crop.active) {
-        if (cut_w_.shape() != crop.w_shape) cut_w_ = Tensor::empty(DType::kFloat32, crop.w_shape);
-        copy_live_taps(crop, w.shape(), const_cast<float*>(w.data<float>()), cut_w_.data<float>(), false);
-        wp = &cut_w_;
+        live = live_taps(crop, w, cut_w_);
+        wp = &live;
       }
       if (fully_connected(x.shape(), wp->shape(), out, d, crop.pb, crop.pe, grp)) {
         fully_connected_forward(x, *wp, b, y);
@@ -168,10 +170,14 @@ class ConvKernel : public OpKernel {
       }
       if (e.reorder_wei) {
         e.wei = dnnl::memory(pd.weights_desc(), eng);
-        if (Bf16WeightPack::handles(pd.weights_desc()))  // Note [Packing bfloat16 weights]
+        if (!constant_weights_) {  // Note [Parameter versions]
+          e.shared_wei = std::make_shared<SharedWeightReorder>(user_wei, pd.weights_desc());
+          e.shared_wei_mem = dnnl::memory(pd.weights_desc(), eng, nullptr);
+          e.pack_wei = e.shared_wei->pack();
+        } else if (Bf16WeightPack::handles(pd.weights_desc())) {  // Note [Packing bfloat16 weights]
           e.pack_wei = std::make_shared<Bf16WeightPack>(user_wei, pd.weights_desc());
-        else
-          e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
+        }
+        if (!e.pack_wei) e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
       }
       if (e.reorder_dst) {
         e.dst = dnnl::memory(pd.dst_desc(), eng);
@@ -188,7 +194,10 @@ class ConvKernel : public OpKernel {
     e.user_wei.set_data_handle(const_cast<void*>(w.raw()));
     e.user_dst.set_data_handle(y.raw());
     if (e.reorder_src) e.src_reorder.execute(st, e.user_src, e.src);
-    if (e.reorder_wei && !(constant_weights_ && e.reordered_weights == w.raw())) {
+    void* shared = e.shared_wei ? e.shared_wei->get(st, w.raw(), w.nbytes()) : nullptr;
+    if (shared) {
+      e.shared_wei_mem.set_data_handle(shared);
+    } else if (e.reorder_wei && !(constant_weights_ && e.reordered_weights == w.raw())) {
       if (e.pack_wei)
         e.pack_wei->run(st, e.user_wei, e.wei);
       else
@@ -197,7 +206,7 @@ class ConvKernel : public OpKernel {
     }
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, e.reorder_src ? e.src : e.user_src},
-        {DNNL_ARG_WEIGHTS, e.reorder_wei ? e.wei : e.user_wei},
+        {DNNL_ARG_WEIGHTS, shared ? e.shared_wei_mem : e.reorder_wei ? e.wei : e.user_wei},
         {DNNL_ARG_DST, e.reorder_dst ? e.dst : e.user_dst},
         {DNNL_ARG_SCRATCHPAD, e.scratchpad}};
     if (e.has_bias) {
@@ -253,7 +262,7 @@ class ConvKernel : public OpKernel {
   bool constant_weights_ = false;
   bool relu_ = false;
   ShapeCache<DnnlConv> cache_;
-  Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding])
+  Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding]), unless shared
 };
 
 class ConvTransposeKernel : public OpKernel {

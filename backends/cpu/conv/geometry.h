@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "common/parameter_versions.h"
 #include "common/tensor.h"
 
 namespace omt::cpu {
@@ -303,6 +304,33 @@ inline void copy_live_taps(const TapCrop& crop, const Shape& full, float* w, flo
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t t = 0; t < ck; ++t) out[p * ck + t] = w[p * fk + offset[t]];
   }
+}
+
+// W's live taps (crop.active), in `own` (resized as needed), or, where W is a parameter of an
+// open training step (Note [Parameter versions] in common/parameter_versions.h), in the copy
+// that the step's forward and backward kernels of every local replica share, gathered once
+// in parts of output channels.
+inline Tensor live_taps(const TapCrop& crop, const Tensor& w, Tensor& own) {
+  float* src = const_cast<float*>(w.data<float>());
+  ParameterVersions& versions = ParameterVersions::get();
+  if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
+    std::string key = "live taps " + shape_str(crop.w_shape);
+    for (int64_t lo : crop.lo) key += "," + std::to_string(lo);
+    const int64_t m = w.dim(0), per_m = w.numel() / std::max<int64_t>(1, m);
+    const int64_t cut_per_m = shape_numel(crop.w_shape) / std::max<int64_t>(1, m);
+    const int parts = m % 4 == 0 ? 4 : m % 2 == 0 ? 2 : 1;
+    void* shared = versions.derived(w.raw(), v, key, static_cast<size_t>(shape_numel(crop.w_shape)) * sizeof(float), parts,
+                                    [&](void* dst, int part) {
+                                      Shape sub = w.shape();
+                                      sub[0] = m / parts;
+                                      copy_live_taps(crop, sub, src + part * sub[0] * per_m,
+                                                     static_cast<float*>(dst) + part * sub[0] * cut_per_m, false);
+                                    });
+    return Tensor::wrap(DType::kFloat32, crop.w_shape, shared, nullptr);
+  }
+  if (own.shape() != crop.w_shape) own = Tensor::empty(DType::kFloat32, crop.w_shape);
+  copy_live_taps(crop, w.shape(), src, own.data<float>(), false);
+  return own;
 }
 
 }  // namespace omt::cpu

@@ -118,6 +118,8 @@ struct ConvBackward {
   Port data_dy, data_w, data_dx;  // backward data: diff_dst, weights -> diff_src
   Port wei_dy, wei_x, wei_dw;     // backward weights: diff_dst, src -> diff_weights
   bool shared_dy = false;         // wei_dy's layout is data_dy's: one reorder of dY serves both
+  std::shared_ptr<SharedWeightReorder> shared_w;  // Note [Parameter versions]: the step's one reorder of W
+  dnnl::memory shared_w_mem;                      // over its buffer
   dnnl::memory data_scratch, wei_scratch;  // their own (user_scratchpad_attr in dnnl_util.h)
 };
 
@@ -167,13 +169,11 @@ class ConvGradKernel : public OpKernel {
     const TapCrop crop = crop_dead_taps(x.shape(), w.shape(), out, k, s, d, pb, pe);
     const Tensor* wp = &w;
     Tensor* dwp = dw;
+    Tensor live;
     if (crop.active) {
-      if (cut_w_.shape() != crop.w_shape) {
-        cut_w_ = Tensor::empty(DType::kFloat32, crop.w_shape);
-        cut_dw_ = Tensor::empty(DType::kFloat32, crop.w_shape);
-      }
-      copy_live_taps(crop, w.shape(), const_cast<float*>(w.data<float>()), cut_w_.data<float>(), false);
-      wp = &cut_w_;
+      live = live_taps(crop, w, cut_w_);
+      wp = &live;
+      if (cut_dw_.shape() != crop.w_shape) cut_dw_ = Tensor::empty(DType::kFloat32, crop.w_shape);
       if (dw) dwp = &cut_dw_;
     }
     // Note [Convolutions that are fully connected layers] (conv/geometry.h): dX [N, C k] =
@@ -306,6 +306,10 @@ class ConvGradKernel : public OpKernel {
         e.data = dnnl::convolution_backward_data(pd);
         e.data_dy.init(user_y, pd.diff_dst_desc(), true);
         e.data_w.init(user_w, pd.weights_desc(), true);
+        if (e.data_w.needs_reorder) {
+          e.shared_w = std::make_shared<SharedWeightReorder>(user_w, pd.weights_desc());
+          e.shared_w_mem = dnnl::memory(pd.weights_desc(), eng, nullptr);
+        }
         e.data_dx.init(user_x, pd.diff_src_desc(), false);
         e.has_data = true;
       }
@@ -346,10 +350,12 @@ class ConvGradKernel : public OpKernel {
     const bool dy_pulled = dx && e.has_data;
     if (dx && e.has_data) {
       dnnl::memory& ddst = e.data_dy.bind(dy.raw());
-      dnnl::memory& wei = e.data_w.bind(w.raw());
+      void* shared = e.shared_w ? e.shared_w->get(st, w.raw(), w.nbytes()) : nullptr;
+      if (shared) e.shared_w_mem.set_data_handle(shared);
+      dnnl::memory& wei = shared ? e.shared_w_mem : e.data_w.bind(w.raw());
       dnnl::memory& dsrc = e.data_dx.bind(dx->raw());
       e.data_dy.pull(st);
-      e.data_w.pull(st);
+      if (!shared) e.data_w.pull(st);
       e.data.execute(st, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc},
                             {DNNL_ARG_SCRATCHPAD, e.data_scratch}});
       e.data_dx.push(st);
