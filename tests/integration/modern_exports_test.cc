@@ -163,8 +163,8 @@ TEST(ModernExportTrainMode, TrainedModelIsAnInferenceModel) {
 }
 
 // The mirroring invariant on today's exports, several inputs (BERT) and token-level labels
-// (GPT-2) included, and a ResNet whose replicas share their convolutions' reordered weights
-// and live taps (Note [Parameter versions] in common/parameter_versions.h): 1, 2 and 4 replicas on a global batch of 5 (uneven shards) reach the
+// (GPT-2) included, and torchvision's ResNet code (its widths are too small for blocked
+// layouts; tests/runtime/shared_weights_test.cc covers those): 1, 2 and 4 replicas on a global batch of 5 (uneven shards) reach the
 // same parameters after 3 SGD steps, within 1e-5 relative.
 Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
   Shape shape = t.shape();
