@@ -204,6 +204,12 @@ void Bf16WeightPack::run_part(dnnl::stream& st, const void* w, void* out, int pa
       }
 }
 
+bool dnnl_has_avx512() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
+}
+
 bool dnnl_has_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);

@@ -155,6 +155,8 @@ class SharedWeightReorder {
 // Whether oneDNN runs bfloat16 natively here (AVX512-BF16, AMX): its effective ISA, which
 // ONEDNN_MAX_CPU_ISA may lower.
 bool dnnl_has_bf16();
+// Whether oneDNN's effective ISA has AVX-512 (avx512_core or above).
+bool dnnl_has_avx512();
 // The oneDNN ISA in effect, for messages ("avx512_core_bf16", "avx2", ...).
 std::string dnnl_isa_name();
 // The data type a kernel's float32 products use under `p`.

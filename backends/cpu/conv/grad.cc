@@ -212,7 +212,9 @@ class ConvGradKernel : public OpKernel {
   //   kGemmDwFloats, float32 math): the GEMMs accumulate into a dW that stays in cache and
   //   need no reorder of X. models/cnn.onnx's conv2 (32 -> 64, 3x3 on 13x13, batch 256):
   //   29 ms against 37 ms for oneDNN's jit:avx2 backward weights, ResNet-18's 7x7 stem (dX not
-  //   wanted) likewise. dX still comes from oneDNN.
+  //   wanted) likewise. dX still comes from oneDNN. Only below AVX-512: oneDNN's
+  //   jit:avx512_core backward weights is the faster there (the same conv2 at batch 128, dX
+  //   and dW: 12.9 against 15.3 ms; the CNN's two-replica step 31.9 -> 29.9 ms).
   static constexpr int64_t kGemmDwPixels = 100, kGemmDwFloats = 32768;
   bool gemm_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const std::vector<int64_t>& s,
                         const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
@@ -225,7 +227,7 @@ class ConvGradKernel : public OpKernel {
     if (p == 0) return false;
     const bool thin = !dx && k < kThinConvMacs;
     // (Pointwise convolutions on plain layouts have oneDNN's gemm convolution, no im2col copy.)
-    const bool wide = p >= kGemmDwPixels && m * (k + 1) <= kGemmDwFloats &&
+    const bool wide = !dnnl_has_avx512() && p >= kGemmDwPixels && m * (k + 1) <= kGemmDwFloats &&
                       info_.precision == MathPrecision::kFloat32 &&
                       !plain_pointwise(w.shape(), dy.shape(), s, pb, pe, attrs_.group, info_.precision);
     if (!thin && !wide) return false;
