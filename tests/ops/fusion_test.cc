@@ -228,6 +228,67 @@ TEST(MaxPoolGrad, TapMajorPathRoutesLikeTheDefinition) {
   }
 }
 
+// 2-D max pooling without Indices by the definition, as the per-window loop took it before
+// the tap-major rows: each window's taps inside the input, row by row, from -infinity, a tap
+// replacing the best only when larger (so the first of equal values, -0 or +0 alike, and
+// never a NaN).
+template <class T>
+Tensor reference_max_pool_2d(const Tensor& x, const Shape& ys, Ints k, Ints s, Ints pads, Ints d) {
+  Tensor y = Tensor::empty(x.dtype(), ys);
+  const int64_t h = x.dim(2), w = x.dim(3), oh = ys[2], ow = ys[3];
+  for (int64_t p = 0; p < x.dim(0) * x.dim(1); ++p)
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        T best = -std::numeric_limits<T>::infinity();
+        for (int64_t ky = 0; ky < k[0]; ++ky)
+          for (int64_t kx = 0; kx < k[1]; ++kx) {
+            const int64_t iy = oy * s[0] - pads[0] + ky * d[0], ix = ox * s[1] - pads[1] + kx * d[1];
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+            const T v = x.data<T>()[(p * h + iy) * w + ix];
+            best = v > best ? v : best;
+          }
+        y.data<T>()[(p * oh + oy) * ow + ox] = best;
+      }
+  return y;
+}
+
+// The forward's tap-major rows (max_pool_rows in backends/cpu/pool/forward.cc) take what the
+// definition takes, bit for bit: the geometries of the gradient's test, with ties, signed
+// zeros and NaNs, in float32 and float64.
+TEST(MaxPool, TapMajorRowsTakeWhatEachWindowTakes) {
+  struct Case {
+    Shape xs;
+    Ints k, s, pads, d;
+  };
+  const Case cases[] = {
+      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},  // ResNet-18's stem pool
+      {{1, 2, 7, 11}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+      {{1, 2, 9, 26}, {2, 3}, {3, 3}, {0, 1, 0, 1}, {1, 1}},
+      {{2, 1, 10, 12}, {3, 2}, {2, 1}, {2, 0, 1, 1}, {2, 2}},
+      {{1, 2, 4, 30}, {1, 5}, {1, 2}, {0, 2, 0, 2}, {1, 1}},
+  };
+  for (const Case& c : cases)
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      SCOPED_TRACE(::testing::Message() << "X " << shape_str(c.xs) << ", kernel " << shape_str(c.k) << ", "
+                                        << dtype_name(dtype));
+      Shape ys = {c.xs[0], c.xs[1]};
+      for (int i = 0; i < 2; ++i)
+        ys.push_back((c.xs[i + 2] + c.pads[i] + c.pads[i + 2] - (c.k[i] - 1) * c.d[i] - 1) / c.s[i] + 1);
+      Tensor x = awkward_activations(c.xs, 10);
+      for (int64_t i = 6; i < x.numel(); i += 13) x.data<float>()[i] = -0.0f;  // beside the +0s
+      if (dtype == DType::kFloat64) x = to_f64(x);
+      AttributeMap a = pool_attrs(c.k, c.s, c.pads);
+      a.set("dilations", c.d);
+      NamedTensors feeds;
+      feeds.set("x", x);
+      Graph g = input_graph({{"x", dtype}}, "y");
+      g.nodes.push_back(make_node("", "MaxPool", {"x"}, {"y"}, a));
+      const Tensor want = dtype == DType::kFloat32 ? reference_max_pool_2d<float>(x, ys, c.k, c.s, c.pads, c.d)
+                                                   : reference_max_pool_2d<double>(x, ys, c.k, c.s, c.pads, c.d);
+      EXPECT_TRUE(tensors_identical(run_graph(g, feeds), want));
+    }
+}
+
 // Windows holding several NaNs send their gradient to the last NaN (PyTorch's rule), on the
 // SSE2 2x2 path (float32: four windows a vector, then the scalar tail) and the general one
 // (float64). Debian's torch 1.13 max_pool2d backward routes this input the same way.
