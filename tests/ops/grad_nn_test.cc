@@ -403,6 +403,9 @@ TEST(GradNnNorm, BatchNormTraining) {
   c.inputs[0] = random_tensor({5, 2}, 6);  // [N, C] without spatial dims
   for (int i = 1; i < 5; ++i) c.inputs[i] = positive_tensor({2}, 7 + i);
   expect_gradients_match(c, 401);
+  c.inputs[0] = random_tensor({6, 20, 1, 1}, 12);  // 1x1 maps (ResNet-18's layer4): column_moments
+  for (int i = 1; i < 5; ++i) c.inputs[i] = positive_tensor({20}, 13 + i);
+  expect_gradients_match(c, 402);
 }
 
 TEST(GradNnNorm, BatchNormTrainingForwardUpdatesRunningStatsLikePyTorch) {

@@ -71,9 +71,22 @@ class BatchNormTrainingKernel : public OpKernel {
     T* saved_inv = output_wanted(info_, ctx, 4) ? ctx.output(4, x.dtype(), cs).template data<T>() : nullptr;
     const T* px = x.data<T>();
     const double count = static_cast<double>(v.n * v.inner), m = momentum_;
+    // One element a channel per sample: the statistics row by row, and Y likewise below.
+    const bool columns = v.inner == 1;
+    if (columns) {
+      means_.resize(static_cast<size_t>(v.c));
+      vars_.resize(static_cast<size_t>(v.c));
+      column_moments(px, v.n, v.c, means_.data(), vars_.data());
+      coef_.resize(static_cast<size_t>(2 * v.c));
+    }
     for (int64_t ch = 0; ch < v.c; ++ch) {
       double mean, var;
-      channel_moments(px, v.n, v.c, v.inner, ch, mean, var);
+      if (columns) {
+        mean = means_[static_cast<size_t>(ch)];
+        var = vars_[static_cast<size_t>(ch)];
+      } else {
+        channel_moments(px, v.n, v.c, v.inner, ch, mean, var);
+      }
       const double inv = 1.0 / std::sqrt(var + epsilon_);
       if (rm_new) rm_new[ch] = static_cast<T>(rm[ch] * m + mean * (1.0 - m));
       if (rv_new) rv_new[ch] = static_cast<T>(rv[ch] * m + var * count / (count - 1.0) * (1.0 - m));
@@ -81,15 +94,28 @@ class BatchNormTrainingKernel : public OpKernel {
       if (saved_inv) saved_inv[ch] = static_cast<T>(inv);
       const T a = static_cast<T>(static_cast<double>(scale[ch]) * inv);
       const T b = static_cast<T>(static_cast<double>(bias[ch]) - mean * static_cast<double>(scale[ch]) * inv);
+      if (columns) {
+        coef_[static_cast<size_t>(ch)] = static_cast<double>(a);
+        coef_[static_cast<size_t>(v.c + ch)] = static_cast<double>(b);
+        continue;
+      }
       for (int64_t bi = 0; bi < v.n; ++bi) {
         const int64_t off = (bi * v.c + ch) * v.inner;
         for (int64_t i = 0; i < v.inner; ++i) y[off + i] = px[off + i] * a + b;
       }
     }
+    if (!columns) return;
+    const double *ca = coef_.data(), *cb = coef_.data() + v.c;
+    for (int64_t bi = 0; bi < v.n; ++bi) {
+      const T* r = px + bi * v.c;
+      T* yr = y + bi * v.c;
+      for (int64_t ch = 0; ch < v.c; ++ch) yr[ch] = r[ch] * static_cast<T>(ca[ch]) + static_cast<T>(cb[ch]);
+    }
   }
 
   KernelInfo info_;
   double epsilon_, momentum_;
+  std::vector<double> means_, vars_, coef_;  // the one-element-a-channel path's statistics and a, b
 };
 
 // BatchNormTrainingGrad(dY, X, scale, saved_mean?, saved_invstd?) -> dX, dScale, dB for a
@@ -123,6 +149,8 @@ class BatchNormTrainingGradKernel : public OpKernel {
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
     const double count = static_cast<double>(v.n * v.inner);
+    if (v.inner == 1) return columns<T>(dy, px, scale, saved ? sm->data<T>() : nullptr, saved ? si->data<T>() : nullptr,
+                                        v, dx, dscale, db);
     for (int64_t ch = 0; ch < v.c; ++ch) {
       double mean, inv;
       if (saved) {
@@ -160,8 +188,70 @@ class BatchNormTrainingGradKernel : public OpKernel {
     }
   }
 
+  // One element a channel per sample ([N, C]): the same sums and dX, row by row (see
+  // column_moments in norm/moments.h).
+  template <class T>
+  void columns(const T* dy, const T* px, const T* scale, const T* saved_mean, const T* saved_inv, const ChannelView& v,
+               T* dx, T* dscale, T* db) {
+    const size_t c = static_cast<size_t>(v.c);
+    mean_.resize(c);
+    inv_.resize(c);
+    if (saved_mean) {
+      for (size_t ch = 0; ch < c; ++ch) {
+        mean_[ch] = static_cast<double>(saved_mean[ch]);
+        inv_[ch] = static_cast<double>(saved_inv[ch]);
+      }
+    } else {
+      column_moments(px, v.n, v.c, mean_.data(), inv_.data());
+      for (size_t ch = 0; ch < c; ++ch) inv_[ch] = 1.0 / std::sqrt(inv_[ch] + epsilon_);
+    }
+    sum_dy_.assign(c, 0.0);
+    sum_dy_xmu_.assign(c, 0.0);
+    for (int64_t b = 0; b < v.n; ++b) {
+      const T* g = dy + b * v.c;
+      const T* r = px + b * v.c;
+#pragma omp simd
+      for (int64_t ch = 0; ch < v.c; ++ch) {
+        sum_dy_[ch] += static_cast<double>(g[ch]);
+        sum_dy_xmu_[ch] += static_cast<double>(g[ch]) * (static_cast<double>(r[ch]) - mean_[ch]);
+      }
+    }
+    for (size_t ch = 0; ch < c; ++ch) {
+      if (db) db[ch] = static_cast<T>(sum_dy_[ch]);
+      if (dscale) dscale[ch] = static_cast<T>(sum_dy_xmu_[ch] * inv_[ch]);
+    }
+    const double count = static_cast<double>(v.n);
+    if (!dx || count == 0) return;
+    // dX = a dY - c1 - (x - mean) c2 per channel, as in run().
+    std::vector<T>& coef = coefficients<T>();
+    coef.resize(4 * c);
+    T *a = coef.data(), *c1 = a + c, *c2 = c1 + c, *mu = c2 + c;
+    for (size_t ch = 0; ch < c; ++ch) {
+      const double k = static_cast<double>(scale[ch]) * inv_[ch];
+      a[ch] = static_cast<T>(k);
+      c1[ch] = static_cast<T>(k * sum_dy_[ch] / count);
+      c2[ch] = static_cast<T>(k * inv_[ch] * inv_[ch] * sum_dy_xmu_[ch] / count);
+      mu[ch] = static_cast<T>(mean_[ch]);
+    }
+    for (int64_t b = 0; b < v.n; ++b) {
+      const T* g = dy + b * v.c;
+      const T* r = px + b * v.c;
+      T* o = dx + b * v.c;
+      for (int64_t ch = 0; ch < v.c; ++ch) o[ch] = g[ch] * a[ch] - c1[ch] - (r[ch] - mu[ch]) * c2[ch];
+    }
+  }
+
+  template <class T>
+  std::vector<T>& coefficients() {
+    if constexpr (std::is_same_v<T, float>) return coef32_;
+    else return coef64_;
+  }
+
   KernelInfo info_;
   double epsilon_;
+  std::vector<double> mean_, inv_, sum_dy_, sum_dy_xmu_;  // the one-element-a-channel path's sums
+  std::vector<float> coef32_;                              // and its dX coefficients, by dtype
+  std::vector<double> coef64_;
 };
 
 // BatchNormInferenceGrad(dY, X, scale, mean, var) -> dX, dScale, dB, dMean, dVar for
