@@ -403,9 +403,14 @@ TEST(GradNnNorm, BatchNormTraining) {
   c.inputs[0] = random_tensor({5, 2}, 6);  // [N, C] without spatial dims
   for (int i = 1; i < 5; ++i) c.inputs[i] = positive_tensor({2}, 7 + i);
   expect_gradients_match(c, 401);
-  c.inputs[0] = random_tensor({6, 20, 1, 1}, 12);  // 1x1 maps (ResNet-18's layer4): column_moments
-  for (int i = 1; i < 5; ++i) c.inputs[i] = positive_tensor({20}, 13 + i);
-  expect_gradients_match(c, 402);
+  // Note [Normalising small maps] (norm/moments.h): [4, 3, 2, 2] above, 1x1 maps (ResNet-18's
+  // layer4) and 4x4 take it; 5x5 maps the per-channel loops.
+  uint64_t seed = 402;
+  for (const Shape& xs : {Shape{6, 20, 1, 1}, Shape{3, 5, 4, 4}, Shape{2, 2, 5, 5}}) {
+    c.inputs[0] = random_tensor(xs, seed);
+    for (int i = 1; i < 5; ++i) c.inputs[i] = positive_tensor({xs[1]}, seed + i);
+    expect_gradients_match(c, seed++);
+  }
 }
 
 TEST(GradNnNorm, BatchNormTrainingForwardUpdatesRunningStatsLikePyTorch) {

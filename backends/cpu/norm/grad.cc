@@ -71,13 +71,14 @@ class BatchNormTrainingKernel : public OpKernel {
     T* saved_inv = output_wanted(info_, ctx, 4) ? ctx.output(4, x.dtype(), cs).template data<T>() : nullptr;
     const T* px = x.data<T>();
     const double count = static_cast<double>(v.n * v.inner), m = momentum_;
-    // One element a channel per sample: the statistics row by row, and Y likewise below.
-    const bool columns = v.inner == 1;
+    // Note [Normalising small maps] (norm/moments.h): the statistics row by row, and Y too.
+    const bool columns = v.inner <= kSmallMap;
+    const int64_t w = v.c * v.inner;
     if (columns) {
       means_.resize(static_cast<size_t>(v.c));
       vars_.resize(static_cast<size_t>(v.c));
-      column_moments(px, v.n, v.c, means_.data(), vars_.data());
-      coef_.resize(static_cast<size_t>(2 * v.c));
+      small_map_moments(px, v.n, v.c, v.inner, means_.data(), vars_.data(), work_);
+      coef_.resize(static_cast<size_t>(2 * w));
     }
     for (int64_t ch = 0; ch < v.c; ++ch) {
       double mean, var;
@@ -95,8 +96,8 @@ class BatchNormTrainingKernel : public OpKernel {
       const T a = static_cast<T>(static_cast<double>(scale[ch]) * inv);
       const T b = static_cast<T>(static_cast<double>(bias[ch]) - mean * static_cast<double>(scale[ch]) * inv);
       if (columns) {
-        coef_[static_cast<size_t>(ch)] = static_cast<double>(a);
-        coef_[static_cast<size_t>(v.c + ch)] = static_cast<double>(b);
+        std::fill(coef_.begin() + ch * v.inner, coef_.begin() + (ch + 1) * v.inner, static_cast<double>(a));
+        std::fill(coef_.begin() + w + ch * v.inner, coef_.begin() + w + (ch + 1) * v.inner, static_cast<double>(b));
         continue;
       }
       for (int64_t bi = 0; bi < v.n; ++bi) {
@@ -105,17 +106,17 @@ class BatchNormTrainingKernel : public OpKernel {
       }
     }
     if (!columns) return;
-    const double *ca = coef_.data(), *cb = coef_.data() + v.c;
+    const double *ca = coef_.data(), *cb = coef_.data() + w;
     for (int64_t bi = 0; bi < v.n; ++bi) {
-      const T* r = px + bi * v.c;
-      T* yr = y + bi * v.c;
-      for (int64_t ch = 0; ch < v.c; ++ch) yr[ch] = r[ch] * static_cast<T>(ca[ch]) + static_cast<T>(cb[ch]);
+      const T* r = px + bi * w;
+      T* yr = y + bi * w;
+      for (int64_t j = 0; j < w; ++j) yr[j] = r[j] * static_cast<T>(ca[j]) + static_cast<T>(cb[j]);
     }
   }
 
   KernelInfo info_;
   double epsilon_, momentum_;
-  std::vector<double> means_, vars_, coef_;  // the one-element-a-channel path's statistics and a, b
+  std::vector<double> means_, vars_, coef_, work_;  // Note [Normalising small maps]: statistics, per-column a and b
 };
 
 // BatchNormTrainingGrad(dY, X, scale, saved_mean?, saved_invstd?) -> dX, dScale, dB for a
@@ -149,8 +150,9 @@ class BatchNormTrainingGradKernel : public OpKernel {
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
     const double count = static_cast<double>(v.n * v.inner);
-    if (v.inner == 1) return columns<T>(dy, px, scale, saved ? sm->data<T>() : nullptr, saved ? si->data<T>() : nullptr,
-                                        v, dx, dscale, db);
+    if (v.inner <= kSmallMap)
+      return small_map<T>(dy, px, scale, saved ? sm->data<T>() : nullptr, saved ? si->data<T>() : nullptr, v, dx,
+                          dscale, db);
     for (int64_t ch = 0; ch < v.c; ++ch) {
       double mean, inv;
       if (saved) {
@@ -188,12 +190,12 @@ class BatchNormTrainingGradKernel : public OpKernel {
     }
   }
 
-  // One element a channel per sample ([N, C]): the same sums and dX, row by row (see
-  // column_moments in norm/moments.h).
+  // Note [Normalising small maps] (norm/moments.h): the same sums and dX, row by row with
+  // per-column coefficients.
   template <class T>
-  void columns(const T* dy, const T* px, const T* scale, const T* saved_mean, const T* saved_inv, const ChannelView& v,
-               T* dx, T* dscale, T* db) {
-    const size_t c = static_cast<size_t>(v.c);
+  void small_map(const T* dy, const T* px, const T* scale, const T* saved_mean, const T* saved_inv,
+                 const ChannelView& v, T* dx, T* dscale, T* db) {
+    const size_t c = static_cast<size_t>(v.c), inner = static_cast<size_t>(v.inner), w = c * inner;
     mean_.resize(c);
     inv_.resize(c);
     if (saved_mean) {
@@ -202,42 +204,49 @@ class BatchNormTrainingGradKernel : public OpKernel {
         inv_[ch] = static_cast<double>(saved_inv[ch]);
       }
     } else {
-      column_moments(px, v.n, v.c, mean_.data(), inv_.data());
+      small_map_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data(), work_);
       for (size_t ch = 0; ch < c; ++ch) inv_[ch] = 1.0 / std::sqrt(inv_[ch] + epsilon_);
     }
-    sum_dy_.assign(c, 0.0);
-    sum_dy_xmu_.assign(c, 0.0);
+    // Per column: the channel's mean, then the sums of dY and dY (x - mean).
+    work_.resize(3 * w);
+    double *col_mean = work_.data(), *sum_dy = col_mean + w, *sum_dy_xmu = sum_dy + w;
+    for (size_t j = 0; j < w; ++j) col_mean[j] = mean_[j / inner];
+    std::fill(sum_dy, sum_dy + 2 * w, 0.0);
     for (int64_t b = 0; b < v.n; ++b) {
-      const T* g = dy + b * v.c;
-      const T* r = px + b * v.c;
+      const T* g = dy + b * static_cast<int64_t>(w);
+      const T* r = px + b * static_cast<int64_t>(w);
 #pragma omp simd
-      for (int64_t ch = 0; ch < v.c; ++ch) {
-        sum_dy_[ch] += static_cast<double>(g[ch]);
-        sum_dy_xmu_[ch] += static_cast<double>(g[ch]) * (static_cast<double>(r[ch]) - mean_[ch]);
+      for (size_t j = 0; j < w; ++j) {
+        sum_dy[j] += static_cast<double>(g[j]);
+        sum_dy_xmu[j] += static_cast<double>(g[j]) * (static_cast<double>(r[j]) - col_mean[j]);
       }
     }
-    for (size_t ch = 0; ch < c; ++ch) {
-      if (db) db[ch] = static_cast<T>(sum_dy_[ch]);
-      if (dscale) dscale[ch] = static_cast<T>(sum_dy_xmu_[ch] * inv_[ch]);
-    }
-    const double count = static_cast<double>(v.n);
-    if (!dx || count == 0) return;
-    // dX = a dY - c1 - (x - mean) c2 per channel, as in run().
+    const double count = static_cast<double>(v.n * v.inner);
     std::vector<T>& coef = coefficients<T>();
-    coef.resize(4 * c);
-    T *a = coef.data(), *c1 = a + c, *c2 = c1 + c, *mu = c2 + c;
+    coef.resize(4 * w);
+    T *a = coef.data(), *c1 = a + w, *c2 = c1 + w, *mu = c2 + w;
     for (size_t ch = 0; ch < c; ++ch) {
+      double s_dy = 0.0, s_dy_xmu = 0.0;
+      for (size_t i = 0; i < inner; ++i) {
+        s_dy += sum_dy[ch * inner + i];
+        s_dy_xmu += sum_dy_xmu[ch * inner + i];
+      }
+      if (db) db[ch] = static_cast<T>(s_dy);
+      if (dscale) dscale[ch] = static_cast<T>(s_dy_xmu * inv_[ch]);
+      if (!dx || count == 0) continue;
+      // dX = a dY - c1 - (x - mean) c2 per channel, as in run().
       const double k = static_cast<double>(scale[ch]) * inv_[ch];
-      a[ch] = static_cast<T>(k);
-      c1[ch] = static_cast<T>(k * sum_dy_[ch] / count);
-      c2[ch] = static_cast<T>(k * inv_[ch] * inv_[ch] * sum_dy_xmu_[ch] / count);
-      mu[ch] = static_cast<T>(mean_[ch]);
+      std::fill(a + ch * inner, a + (ch + 1) * inner, static_cast<T>(k));
+      std::fill(c1 + ch * inner, c1 + (ch + 1) * inner, static_cast<T>(k * s_dy / count));
+      std::fill(c2 + ch * inner, c2 + (ch + 1) * inner, static_cast<T>(k * inv_[ch] * inv_[ch] * s_dy_xmu / count));
+      std::fill(mu + ch * inner, mu + (ch + 1) * inner, static_cast<T>(mean_[ch]));
     }
+    if (!dx || count == 0) return;
     for (int64_t b = 0; b < v.n; ++b) {
-      const T* g = dy + b * v.c;
-      const T* r = px + b * v.c;
-      T* o = dx + b * v.c;
-      for (int64_t ch = 0; ch < v.c; ++ch) o[ch] = g[ch] * a[ch] - c1[ch] - (r[ch] - mu[ch]) * c2[ch];
+      const T* g = dy + b * static_cast<int64_t>(w);
+      const T* r = px + b * static_cast<int64_t>(w);
+      T* o = dx + b * static_cast<int64_t>(w);
+      for (size_t j = 0; j < w; ++j) o[j] = g[j] * a[j] - c1[j] - (r[j] - mu[j]) * c2[j];
     }
   }
 
@@ -249,8 +258,8 @@ class BatchNormTrainingGradKernel : public OpKernel {
 
   KernelInfo info_;
   double epsilon_;
-  std::vector<double> mean_, inv_, sum_dy_, sum_dy_xmu_;  // the one-element-a-channel path's sums
-  std::vector<float> coef32_;                              // and its dX coefficients, by dtype
+  std::vector<double> mean_, inv_, work_;  // Note [Normalising small maps]: statistics and per-column sums
+  std::vector<float> coef32_;              // and its per-column dX coefficients, by dtype
   std::vector<double> coef64_;
 };
 
