@@ -20,6 +20,7 @@ struct ParameterVersions::Entry {
   std::atomic<int> next{0};   // the next part to take
   std::atomic<int> done{0};   // parts finished (made or failed)
   std::atomic<bool> failed{false};
+  std::exception_ptr error;  // the failed part's exception, for the callers that waited for it
 };
 
 ParameterVersions& ParameterVersions::get() {
@@ -41,6 +42,14 @@ void ParameterVersions::drop_entries(const void* owner, const Buffers* keep) {
 
 void ParameterVersions::open(const void* owner, Buffers buffers) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Two trainers in a step at once over the same buffers would race in their updates too;
+  // here they would also share derived data across their versions.
+  for (const auto& b : buffers) {
+    auto it = regions_.find(static_cast<const char*>(b.first));
+    OMT_CHECK(it == regions_.end() || it->second.owner == owner || it->second.version == 0, kInvalidArgument,
+              "a parameter buffer is in another trainer's step right now: step trainers that share parameters "
+              "one at a time");
+  }
   for (auto it = regions_.begin(); it != regions_.end();)
     it = it->second.owner == owner ? regions_.erase(it) : std::next(it);
   drop_entries(owner, &buffers);
@@ -81,10 +90,11 @@ void* ParameterVersions::derived(const void* p, uint64_t version, const std::str
     std::lock_guard<std::mutex> lock(mu_);
     auto& slot = entries_[{p, key}];
     if (!slot || slot->bytes != bytes) {
-      slot = std::make_shared<Entry>();
-      slot->bytes = bytes;
-      slot->data.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-      if (slot->data == nullptr) throw std::bad_alloc();
+      auto fresh = std::make_shared<Entry>();
+      fresh->bytes = bytes;
+      fresh->data.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      if (fresh->data == nullptr) throw std::bad_alloc();  // the slot keeps what it had
+      slot = std::move(fresh);
     }
     // The owner of the region that holds p (the entry is freed with it).
     auto it = regions_.upper_bound(static_cast<const char*>(p));
@@ -96,6 +106,7 @@ void* ParameterVersions::derived(const void* p, uint64_t version, const std::str
     if (e->version != version) {  // the first caller of this version
       e->version = version;
       e->failed = false;
+      e->error = nullptr;
       e->done.store(0, std::memory_order_relaxed);
       e->next.store(0, std::memory_order_release);
     }
@@ -104,6 +115,10 @@ void* ParameterVersions::derived(const void* p, uint64_t version, const std::str
     try {
       make(e->data.get(), part);
     } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(e->mu);
+        if (!e->error) e->error = std::current_exception();
+      }
       e->failed = true;
       e->done.fetch_add(1, std::memory_order_release);
       throw;
@@ -112,7 +127,11 @@ void* ParameterVersions::derived(const void* p, uint64_t version, const std::str
   }
   for (int spins = 0; e->done.load(std::memory_order_acquire) < parts; ++spins)
     if (spins > 1000) std::this_thread::yield();
-  OMT_CHECK(!e->failed, kInternal, "another thread failed to make the shared weights '", key, "'");
+  if (e->failed) {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->error) std::rethrow_exception(e->error);  // the cause, as the thread that met it saw it
+    OMT_FAIL(kInternal, "another thread failed to make the shared weights '", key, "'");
+  }
   return e->data.get();
 }
 

@@ -37,6 +37,8 @@ class ParameterVersions {
 
   // A fresh version for `buffers` under `owner` (any address identifying the trainer),
   // replacing the owner's earlier buffers; derived data of buffers no longer listed is freed.
+  // kInvalidArgument when another owner has one of them open (two steps at once). The owner
+  // keeps the buffers alive until close().
   void open(const void* owner, Buffers buffers);
   // The owner's buffers have no version until the next open().
   void close(const void* owner);
@@ -50,7 +52,8 @@ class ParameterVersions {
   // `version` (non-zero, from version()). The first caller of a version makes it, part by part:
   // each caller takes the next part not yet taken and runs make(dst, part) for it, then waits
   // until every part is made. The parts must be independent and make the same bytes whoever
-  // runs them. An exception from make fails the callers that wait for that part too.
+  // runs them. An exception from make fails the callers that wait for that part too, with the
+  // same exception.
   void* derived(const void* p, uint64_t version, const std::string& key, size_t bytes, int parts,
                 const std::function<void(void* dst, int part)>& make);
 

@@ -180,13 +180,17 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
   m.lr = lr;
   // Note [Parameter versions] (common/parameter_versions.h): the replicas' parameters are
   // what they read through the step's forward and backward passes, unchanged until the update.
+  // The step's parameter tensors are held until close(): an update that replaces a replica's
+  // handles (no sliced update) must not free a registered buffer for reuse within the step.
   const bool versioned = !strategy.on_device();
+  std::vector<Tensor> held;
   if (versioned) {
     ParameterVersions::Buffers buffers;
     for (const auto& rep : m.reps)
       for (const auto& name : rep.params.names()) {
         const Tensor& t = rep.params.at(name);
         buffers.emplace_back(t.raw(), t.nbytes());
+        held.push_back(t);
       }
     ParameterVersions::get().open(this, std::move(buffers));
   }

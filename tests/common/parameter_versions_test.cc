@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
+
 namespace omt {
 namespace {
 
@@ -81,7 +83,12 @@ TEST(ParameterVersions, AFailedPartFailsTheStepsCallers) {
   const uint64_t v = pv.version(w.data(), 64);
   auto failing = [](void*, int) { throw std::runtime_error("no memory for the reorder"); };
   EXPECT_THROW(pv.derived(w.data(), v, "f", 64, 1, failing), std::runtime_error);
-  EXPECT_ANY_THROW(pv.derived(w.data(), v, "f", 64, 1, failing));  // the same version stays failed
+  try {  // the same version stays failed, with the cause
+    pv.derived(w.data(), v, "f", 64, 1, failing);
+    ADD_FAILURE() << "a failed version was taken for made";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "no memory for the reorder");
+  }
   pv.close(&owner);
   pv.open(&owner, {{w.data(), 64}});
   const uint64_t v2 = pv.version(w.data(), 64);
@@ -89,6 +96,25 @@ TEST(ParameterVersions, AFailedPartFailsTheStepsCallers) {
   void* p = pv.derived(w.data(), v2, "f", 64, 1, [&](void* dst, int) { std::memcpy(dst, w.data(), 64); });
   EXPECT_EQ(static_cast<float*>(p)[3], 0.0f);  // a new step makes it afresh
   pv.forget(&owner);
+}
+
+TEST(ParameterVersions, TwoOwnersCannotHaveOneBufferOpenAtOnce) {
+  ParameterVersions& pv = ParameterVersions::get();
+  std::vector<float> w(16);
+  const int a = 0, b = 0;
+  pv.open(&a, {{w.data(), 64}});
+  try {
+    pv.open(&b, {{w.data(), 64}});
+    ADD_FAILURE() << "a second owner opened a buffer in another's step";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("one at a time"), std::string::npos) << e.what();
+  }
+  pv.close(&a);
+  pv.open(&b, {{w.data(), 64}});  // one after the other is fine
+  EXPECT_NE(pv.version(w.data(), 64), 0u);
+  pv.forget(&b);
+  pv.forget(&a);
 }
 
 }  // namespace

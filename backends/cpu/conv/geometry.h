@@ -314,7 +314,7 @@ inline Tensor live_taps(const TapCrop& crop, const Tensor& w, Tensor& own) {
   float* src = const_cast<float*>(w.data<float>());
   ParameterVersions& versions = ParameterVersions::get();
   if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
-    std::string key = "live taps " + shape_str(crop.w_shape);
+    std::string key = "live taps of " + shape_str(w.shape()) + " to " + shape_str(crop.w_shape);
     for (int64_t lo : crop.lo) key += "," + std::to_string(lo);
     const int64_t m = w.dim(0), per_m = w.numel() / std::max<int64_t>(1, m);
     const int64_t cut_per_m = shape_numel(crop.w_shape) / std::max<int64_t>(1, m);
