@@ -40,10 +40,11 @@ void max_pool_2x2(const PoolGeometry& g, int64_t planes, const T* x, T* y) {
   }
 }
 
-// kIndices: also record the argmax as a flat index into the input (Indices output).
-template <class T, bool kIndices>
-void max_pool(const PoolGeometry& g, int64_t planes, const T* x, T* y, int64_t* indices,
-              bool column_major) {
+// With the Indices output: each window's argmax as a flat index into the input (its first
+// tap, NaN or not, until a larger one comes). Without it, max_pool_rows below.
+template <class T>
+void max_pool_with_indices(const PoolGeometry& g, int64_t planes, const T* x, T* y, int64_t* indices,
+                           bool column_major) {
   const int64_t isz = g.in[0] * g.in[1] * g.in[2], osz = g.out[0] * g.out[1] * g.out[2];
   const DimWindows &w0 = g.win[0], &w1 = g.win[1], &w2 = g.win[2];
   T lowest = std::numeric_limits<T>::lowest();
@@ -64,26 +65,20 @@ void max_pool(const PoolGeometry& g, int64_t planes, const T* x, T* y, int64_t* 
               const T* xr = xp + row;
               for (int64_t c = 0; c < n2; ++c) {
                 const T v = xr[p2[c]];
-                if constexpr (kIndices) {
-                  if (v > best || arg < 0) {
-                    best = v;
-                    arg = row + p2[c];
-                  }
-                } else {
-                  best = v > best ? v : best;
+                if (v > best || arg < 0) {
+                  best = v;
+                  arg = row + p2[c];
                 }
               }
             }
           const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
           yp[o] = best;
-          if constexpr (kIndices) {
-            int64_t idx = arg;
-            if (column_major && arg >= 0) {
-              const int64_t q2 = arg % g.in[2], q1 = (arg / g.in[2]) % g.in[1], q0 = arg / (g.in[1] * g.in[2]);
-              idx = plane_index(g, q0, q1, q2, true);
-            }
-            indices[pl * osz + o] = arg < 0 ? -1 : pl * isz + idx;
+          int64_t idx = arg;
+          if (column_major && arg >= 0) {
+            const int64_t q2 = arg % g.in[2], q1 = (arg / g.in[2]) % g.in[1], q0 = arg / (g.in[1] * g.in[2]);
+            idx = plane_index(g, q0, q1, q2, true);
           }
+          indices[pl * osz + o] = arg < 0 ? -1 : pl * isz + idx;
         }
   }
 }
@@ -101,9 +96,9 @@ inline void take_max(const T* xr, int64_t s, int64_t lo, int64_t hi, T* yr) {
 // Without Indices, a row of outputs a tap at a time (Note [Tap-major max pooling] in
 // pool/grad.cc): for tap k of the innermost dim the row's outputs whose tap k lies inside the
 // input take it side by side instead of a compare chain per window. The taps come in the
-// windows' own order, so every output takes what max_pool takes, signed zeros included (a
-// later tap wins only when larger; NaN never). ResNet-18's 3x3 stride-2 stem pool at batch
-// 32: 1.43 -> 0.82 ms (`kernels_bench --benchmark_filter=StemMaxPool/`).
+// windows' own order, so every output takes what a loop over its window would, signed zeros
+// included (a later tap wins only when larger; NaN never). ResNet-18's 3x3 stride-2 stem
+// pool at batch 32: 1.43 -> 0.82 ms (`kernels_bench --benchmark_filter=StemMaxPool/`).
 template <class T>
 void max_pool_rows(const PoolGeometry& g, int64_t planes, const T* x, T* y) {
   const int64_t isz = g.in_size(), osz = g.out_size(), ow = g.out[2];
@@ -140,7 +135,7 @@ void max_pool_any(const PoolAttrs& attrs, const PoolGeometry& g, int64_t planes,
                            (attrs.auto_pad == "NOTSET" &&
                             attrs.pads == std::vector<int64_t>{0, 0, 0, 0}));
   if (two_by_two) max_pool_2x2(g, planes, x, y);
-  else if (indices) max_pool<T, true>(g, planes, x, y, indices, column_major);
+  else if (indices) max_pool_with_indices(g, planes, x, y, indices, column_major);
   else max_pool_rows(g, planes, x, y);
 }
 
