@@ -9,8 +9,11 @@
 #include <cstring>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/tensor.h"
+#include "graph/ir.h"
 
 namespace omt::test {
 
@@ -73,6 +76,17 @@ inline ::testing::AssertionResult tensors_close(const Tensor& got, const Tensor&
 inline bool tensors_identical(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// A graph node without attributes: `name` running `op` from `in` to `out`.
+inline Node graph_node(const std::string& name, const std::string& op, std::vector<std::string> in,
+                       std::vector<std::string> out) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
 }
 
 }  // namespace omt::test

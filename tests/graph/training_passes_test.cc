@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "tests/test_util.h"
+
 namespace omt {
 namespace {
 
@@ -14,15 +16,6 @@ ValueInfo value(const std::string& name, std::vector<int64_t> dims, DType dtype 
   ValueInfo v{name, dtype, std::vector<Dim>{}};
   for (int64_t d : dims) v.shape->push_back(Dim{d, ""});
   return v;
-}
-
-Node node(const std::string& name, const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
 }
 
 // x [2, 3] -> MatMul w [3, 2] -> Add b [2] -> y [2, 2]; `unused` [4] is read by no node.
@@ -34,8 +27,8 @@ Model linear() {
   g.initializers.set("w", Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2}));
   g.initializers.set("b", Tensor::from_vector<float>({0.5f, -0.5f}, {2}));
   g.initializers.set("unused", Tensor::zeros(DType::kFloat32, {4}));
-  g.nodes.push_back(node("mm", "MatMul", {"x", "w"}, {"xw"}));
-  g.nodes.push_back(node("add", "Add", {"xw", "b"}, {"y"}));
+  g.nodes.push_back(test::graph_node("mm", "MatMul", {"x", "w"}, {"xw"}));
+  g.nodes.push_back(test::graph_node("add", "Add", {"xw", "b"}, {"y"}));
   g.outputs.push_back(value("y", {2, 2}));
   return m;
 }
@@ -48,11 +41,11 @@ Model batchnorm_dropout() {
   g.inputs.push_back(value("x", {2, 3}));
   for (const char* name : {"scale", "bias", "mean", "var"})
     g.initializers.set(name, Tensor::from_vector<float>({1, 2, 3}, {3}));
-  Node bn = node("bn", "BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"});
+  Node bn = test::graph_node("bn", "BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"});
   bn.attrs.set("epsilon", 1e-3f);
   bn.attrs.set("momentum", 0.8f);
   g.nodes.push_back(bn);
-  g.nodes.push_back(node("drop", "Dropout", {"y"}, {"z"}));
+  g.nodes.push_back(test::graph_node("drop", "Dropout", {"y"}, {"z"}));
   g.outputs.push_back(value("z", {2, 3}));
   return m;
 }

@@ -187,35 +187,44 @@ TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
   }
 }
 
+// 2-D max pooling geometries for the tap-major paths, forward and backward: overlapping,
+// padded, strided and dilated windows, rows of 1 to 13 outputs.
+struct PoolCase {
+  Shape xs;
+  Ints k, s, pads, d;
+  Shape output() const {
+    Shape ys = {xs[0], xs[1]};
+    for (int i = 0; i < 2; ++i) ys.push_back((xs[i + 2] + pads[i] + pads[i + 2] - (k[i] - 1) * d[i] - 1) / s[i] + 1);
+    return ys;
+  }
+  AttributeMap attrs() const {
+    AttributeMap a = pool_attrs(k, s, pads);
+    a.set("dilations", d);
+    return a;
+  }
+};
+const PoolCase kPoolCases[] = {
+    {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},  // ResNet-18's stem pool
+    {{1, 2, 7, 11}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}},
+    {{1, 2, 9, 26}, {2, 3}, {3, 3}, {0, 1, 0, 1}, {1, 1}},
+    {{2, 1, 10, 12}, {3, 2}, {2, 1}, {2, 0, 1, 1}, {2, 2}},
+    {{1, 1, 5, 3}, {2, 2}, {1, 2}, {0, 0, 0, 0}, {1, 1}},
+    {{1, 2, 4, 30}, {1, 5}, {1, 2}, {0, 2, 0, 2}, {1, 1}},
+};
+
 // Note [Tap-major max pooling] (backends/cpu/pool/grad.cc): the general path routes like the
 // definition for overlapping, padded, strided (1, 2: the SSE2 loads; 3: the gathered one) and
 // dilated windows, rows of 1 to 13 outputs (fours, a rerun tail, a row too short for a four),
 // with ties, zeros and NaNs; ResNet-18's stem (3x3, stride 2, pad 1) among them.
 TEST(MaxPoolGrad, TapMajorPathRoutesLikeTheDefinition) {
-  struct Case {
-    Shape xs;
-    Ints k, s, pads, d;
-  };
-  const Case cases[] = {
-      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},  // ResNet-18's stem pool
-      {{1, 2, 7, 11}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}},
-      {{1, 2, 9, 26}, {2, 3}, {3, 3}, {0, 1, 0, 1}, {1, 1}},
-      {{2, 1, 10, 12}, {3, 2}, {2, 1}, {2, 0, 1, 1}, {2, 2}},
-      {{1, 1, 5, 3}, {2, 2}, {1, 2}, {0, 0, 0, 0}, {1, 1}},
-      {{1, 2, 4, 30}, {1, 5}, {1, 2}, {0, 2, 0, 2}, {1, 1}},
-  };
-  for (const Case& c : cases) {
+  for (const PoolCase& c : kPoolCases) {
     SCOPED_TRACE(::testing::Message() << "X " << shape_str(c.xs) << ", kernel " << shape_str(c.k) << ", strides "
                                       << shape_str(c.s) << ", dilations " << shape_str(c.d));
-    Shape ys = {c.xs[0], c.xs[1]};
-    for (int i = 0; i < 2; ++i)
-      ys.push_back((c.xs[i + 2] + c.pads[i] + c.pads[i + 2] - (c.k[i] - 1) * c.d[i] - 1) / c.s[i] + 1);
+    const Shape ys = c.output();
     const Tensor x = awkward_activations(c.xs, 8), dy = random_tensor(ys, 9);
     for (const char* op : {"MaxPoolGrad", "MaxPoolReluGrad"}) {
-      AttributeMap a = pool_attrs(c.k, c.s, c.pads);
-      a.set("dilations", c.d);
       Graph g = input_graph({{"dp", DType::kFloat32}, {"y", DType::kFloat32}}, "dx");
-      g.nodes.push_back(make_node(kOmtDomain, op, {"dp", "y"}, {"dx"}, a));
+      g.nodes.push_back(make_node(kOmtDomain, op, {"dp", "y"}, {"dx"}, c.attrs()));
       NamedTensors feeds;
       feeds.set("dp", dy);
       feeds.set("y", x);
@@ -253,36 +262,21 @@ Tensor reference_max_pool_2d(const Tensor& x, const Shape& ys, Ints k, Ints s, I
 }
 
 // The forward's tap-major rows (max_pool_rows in backends/cpu/pool/forward.cc) take what the
-// definition takes, bit for bit: the geometries of the gradient's test, with ties, signed
+// definition takes, bit for bit: kPoolCases, with ties, signed
 // zeros and NaNs, in float32 and float64.
 TEST(MaxPool, TapMajorRowsTakeWhatEachWindowTakes) {
-  struct Case {
-    Shape xs;
-    Ints k, s, pads, d;
-  };
-  const Case cases[] = {
-      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},  // ResNet-18's stem pool
-      {{1, 2, 7, 11}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}},
-      {{1, 2, 9, 26}, {2, 3}, {3, 3}, {0, 1, 0, 1}, {1, 1}},
-      {{2, 1, 10, 12}, {3, 2}, {2, 1}, {2, 0, 1, 1}, {2, 2}},
-      {{1, 2, 4, 30}, {1, 5}, {1, 2}, {0, 2, 0, 2}, {1, 1}},
-  };
-  for (const Case& c : cases)
+  for (const PoolCase& c : kPoolCases)
     for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
       SCOPED_TRACE(::testing::Message() << "X " << shape_str(c.xs) << ", kernel " << shape_str(c.k) << ", "
                                         << dtype_name(dtype));
-      Shape ys = {c.xs[0], c.xs[1]};
-      for (int i = 0; i < 2; ++i)
-        ys.push_back((c.xs[i + 2] + c.pads[i] + c.pads[i + 2] - (c.k[i] - 1) * c.d[i] - 1) / c.s[i] + 1);
+      const Shape ys = c.output();
       Tensor x = awkward_activations(c.xs, 10);
       for (int64_t i = 6; i < x.numel(); i += 13) x.data<float>()[i] = -0.0f;  // beside the +0s
       if (dtype == DType::kFloat64) x = to_f64(x);
-      AttributeMap a = pool_attrs(c.k, c.s, c.pads);
-      a.set("dilations", c.d);
       NamedTensors feeds;
       feeds.set("x", x);
       Graph g = input_graph({{"x", dtype}}, "y");
-      g.nodes.push_back(make_node("", "MaxPool", {"x"}, {"y"}, a));
+      g.nodes.push_back(make_node("", "MaxPool", {"x"}, {"y"}, c.attrs()));
       const Tensor want = dtype == DType::kFloat32 ? reference_max_pool_2d<float>(x, ys, c.k, c.s, c.pads, c.d)
                                                    : reference_max_pool_2d<double>(x, ys, c.k, c.s, c.pads, c.d);
       EXPECT_TRUE(tensors_identical(run_graph(g, feeds), want));

@@ -25,15 +25,6 @@ Tensor random_weights(const Shape& shape, uint32_t seed) {
   return t;
 }
 
-Node node(const std::string& name, const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
-
 // x [4, 16, 6, 6] -> Conv 16->32 3x3 pad 1 (blocked weights) -> Relu -> MaxPool 6x6 ->
 // Conv 32->32 3x3 pad 1 on a 1x1 map (only the centre tap is live: Note [Taps that see only
 // padding], a fully connected layer) -> Flatten -> logits [4, 32].
@@ -43,13 +34,14 @@ std::shared_ptr<const Model> two_convolutions() {
   m->graph.inputs.push_back(ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{-1, "batch"}, {16, ""}, {6, ""}, {6, ""}}});
   m->graph.initializers.set("wa", random_weights({32, 16, 3, 3}, 1));
   m->graph.initializers.set("wb", random_weights({32, 32, 3, 3}, 2));
-  Node a = node("conv_a", "Conv", {"x", "wa"}, {"a"});
+  Node a = test::graph_node("conv_a", "Conv", {"x", "wa"}, {"a"});
   a.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-  Node pool = node("pool", "MaxPool", {"r"}, {"p"});
+  Node pool = test::graph_node("pool", "MaxPool", {"r"}, {"p"});
   pool.attrs.set("kernel_shape", std::vector<int64_t>{6, 6});
-  Node b = node("conv_b", "Conv", {"p", "wb"}, {"b"});
+  Node b = test::graph_node("conv_b", "Conv", {"p", "wb"}, {"b"});
   b.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-  m->graph.nodes = {a, node("relu", "Relu", {"a"}, {"r"}), pool, b, node("flat", "Flatten", {"b"}, {"y"})};
+  m->graph.nodes = {a, test::graph_node("relu", "Relu", {"a"}, {"r"}), pool, b,
+                    test::graph_node("flat", "Flatten", {"b"}, {"y"})};
   m->graph.outputs.push_back(ValueInfo{"y", DType::kFloat32, std::vector<Dim>{{-1, "batch"}, {32, ""}}});
   return m;
 }
