@@ -238,7 +238,8 @@ namespace {
 // One bfloat16 GEMM shape: the operands' reorders into bfloat16 and the matmul. A transposed
 // operand keeps its orientation in bfloat16 (tag ba) and the matmul reads it so: oneDNN's
 // transposing reorder ran at a quarter of the plain one's speed (ResNet-18's fully connected
-// layer4 weights, 1024x512: 0.58 against 0.07 ms), and its brgemm matmul takes either.
+// layer4 weights, 1024x512: 0.58 against 0.07 ms), and its brgemm matmul takes either. An
+// operand that comes rounded is read where it lies, with its leading dimension.
 struct Bf16Gemm {
   dnnl::memory user_a, user_b, a16, b16, c, scratchpad;
   dnnl::reorder to_a16, to_b16;
@@ -246,19 +247,29 @@ struct Bf16Gemm {
 };
 
 Bf16Gemm make_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
-                        int64_t ldb, float beta, int64_t ldc) {
+                        int64_t ldb, float beta, int64_t ldc, bool a_rounded, bool b_rounded) {
   using md = dnnl::memory::desc;
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
+  using dims = dnnl::memory::dims;
   dnnl::engine& eng = dnnl_engine();
   return dnnl_try("a bfloat16 GEMM", "its matmul primitive", [&] {
     Bf16Gemm g;
-    g.user_a = dnnl::memory(md({m, k}, dt::f32, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1}), eng, nullptr);
-    g.user_b = dnnl::memory(md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1}), eng, nullptr);
-    g.a16 = dnnl::memory(md({m, k}, dt::bf16, ta ? tag::ba : tag::ab), eng);
-    g.b16 = dnnl::memory(md({k, n}, dt::bf16, tb ? tag::ba : tag::ab), eng);
-    g.to_a16 = dnnl::reorder(g.user_a, g.a16);
-    g.to_b16 = dnnl::reorder(g.user_b, g.b16);
+    const dims a_strides = ta ? dims{1, lda} : dims{lda, 1}, b_strides = tb ? dims{1, ldb} : dims{ldb, 1};
+    if (a_rounded) {
+      g.a16 = dnnl::memory(md({m, k}, dt::bf16, a_strides), eng, nullptr);
+    } else {
+      g.user_a = dnnl::memory(md({m, k}, dt::f32, a_strides), eng, nullptr);
+      g.a16 = dnnl::memory(md({m, k}, dt::bf16, ta ? tag::ba : tag::ab), eng);
+      g.to_a16 = dnnl::reorder(g.user_a, g.a16);
+    }
+    if (b_rounded) {
+      g.b16 = dnnl::memory(md({k, n}, dt::bf16, b_strides), eng, nullptr);
+    } else {
+      g.user_b = dnnl::memory(md({k, n}, dt::f32, b_strides), eng, nullptr);
+      g.b16 = dnnl::memory(md({k, n}, dt::bf16, tb ? tag::ba : tag::ab), eng);
+      g.to_b16 = dnnl::reorder(g.user_b, g.b16);
+    }
     const md c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
     dnnl::primitive_attr attr;
     if (alpha != 1.f) attr.set_output_scales(0, {alpha});
@@ -281,8 +292,14 @@ Bf16Gemm make_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc) {
+  gemm_bf16(trans_a, trans_b, m, n, k, alpha, {a, false}, lda, {b, false}, ldb, beta, c, ldc);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, Bf16Operand a,
+               int64_t lda, Bf16Operand b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0 || k == 0) {
-    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    // No products: C = beta C (the float32 GEMM does that without reading A or B).
+    sgemm(trans_a, trans_b, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, c, ldc);
     return;
   }
   // Per thread: a replica's kernels run on its own thread, and a kernel's few shapes repeat
@@ -292,15 +309,24 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
   uint32_t alpha_bits = 0, beta_bits = 0;
   std::memcpy(&alpha_bits, &alpha, sizeof alpha);
   std::memcpy(&beta_bits, &beta, sizeof beta);
-  const std::vector<int64_t> key = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha_bits, beta_bits};
+  const std::vector<int64_t> key = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha_bits, beta_bits, a.rounded, b.rounded};
   Bf16Gemm* g = cache.find(key);
-  if (g == nullptr) g = &cache.insert(key, make_bf16_gemm(trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc));
+  if (g == nullptr)
+    g = &cache.insert(key, make_bf16_gemm(trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc, a.rounded, b.rounded));
   dnnl::stream& st = dnnl_stream();
-  g->user_a.set_data_handle(const_cast<float*>(a));
-  g->user_b.set_data_handle(const_cast<float*>(b));
   g->c.set_data_handle(c);
-  g->to_a16.execute(st, g->user_a, g->a16);
-  g->to_b16.execute(st, g->user_b, g->b16);
+  if (a.rounded) {
+    g->a16.set_data_handle(const_cast<void*>(a.data));
+  } else {
+    g->user_a.set_data_handle(const_cast<void*>(a.data));
+    g->to_a16.execute(st, g->user_a, g->a16);
+  }
+  if (b.rounded) {
+    g->b16.set_data_handle(const_cast<void*>(b.data));
+  } else {
+    g->user_b.set_data_handle(const_cast<void*>(b.data));
+    g->to_b16.execute(st, g->user_b, g->b16);
+  }
   g->mm.execute(st, {{DNNL_ARG_SRC, g->a16}, {DNNL_ARG_WEIGHTS, g->b16}, {DNNL_ARG_DST, g->c},
                      {DNNL_ARG_SCRATCHPAD, g->scratchpad}});
   st.wait();

@@ -177,6 +177,15 @@ void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double a
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc);
+// An operand of gemm_bf16: float32 values, which the call rounds, or bfloat16 bits already
+// rounded (weights derived once a step, Note [Parameter versions]).
+struct Bf16Operand {
+  const void* data;
+  bool rounded;
+};
+// sgemm_bf16 whose operands may come rounded: C = alpha op(A) op(B) + beta C.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, Bf16Operand a,
+               int64_t lda, Bf16Operand b, int64_t ldb, float beta, float* c, int64_t ldc);
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                  MathPrecision p = MathPrecision::kFloat32) {

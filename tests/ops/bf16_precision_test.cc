@@ -99,6 +99,15 @@ TEST(Bf16Precision, ConvolutionsThatAreFullyConnectedLayers) {
   expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {random_tensor({4, 24, 1, 1}, 33), x, w}, 2);
 }
 
+// Note [Convolutions on maps within the kernel's reach]: ResNet-18's layer3 geometry (3x3 pad 1
+// on 2x2 maps) runs as GEMMs with the expanded weights, which bf16 rounds as it expands them.
+TEST(Bf16Precision, ConvolutionsOnMapsWithinTheKernelsReach) {
+  const Tensor x = random_tensor({4, 32, 2, 2}, 40), w = random_tensor({24, 32, 3, 3}, 41), b = random_tensor({24}, 42);
+  const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
+  expect_bf16_products("Conv", "", a, {x, w, b}, 1, {2});
+  expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {random_tensor({4, 24, 2, 2}, 43), x, w}, 2);
+}
+
 TEST(Bf16Precision, MatMulWithABatchOfOneMatrixAndBroadcastBatches) {
   expect_bf16_products("MatMul", "", {}, {random_tensor({3, 17, 32}, 9), random_tensor({32, 24}, 10)}, 1);
   expect_bf16_products("MatMul", "", {}, {random_tensor({2, 3, 17, 32}, 11), random_tensor({1, 3, 32, 24}, 12)}, 1);

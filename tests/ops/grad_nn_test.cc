@@ -271,6 +271,50 @@ TEST(GradNnConv, ResNetLayer4GeometriesAreFullyConnected) {
   }
 }
 
+// Note [Convolutions on maps within the kernel's reach] (conv/geometry.h): where every output
+// position sees every input position the kernels run GEMMs with the expanded weights Wx:
+// ResNet-18's layer3 at 3x32x32 (3x3 pad 1 on 2x2 maps), with a Relu fused; a 1x2 map, whose
+// dead rows of taps must get zero gradients; a 1-D map of 3 under a 5-tap kernel (Pi = 3, the
+// loops that read Pi at run time). The float32 forward against the float64 one (im2col),
+// gradients by finite differences.
+TEST(GradNnConv, ConvolutionsOnMapsWithinTheKernelsReach) {
+  const std::vector<ConvCase> cases = {
+      {{3, 5, 2, 2}, {4, 5, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 3, 1, 2}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 3, 3}, {2, 3, 5}, attrs_of({{"pads", Ints{2, 2}}})},
+  };
+  expect_convolutions_match(cases, 280, /*fused_relu=*/true);
+}
+
+// Which geometries take that path: ResNet-18's layer3 (2x2 maps, 3x3 pad 1), with the tap of
+// each pair, and a 2x2 map under a 5x5 pad-2 kernel; not layer2's 4x4 maps nor a 3x3 map
+// under 3x3 (corners do not see the opposite corners), not the stride-2 layer3.0.conv1 from
+// 4x4, not grouped, and not a 3x3 map under 5x5 pad 2, where every pair is joined but Wx
+// would be 81/25 of W's size.
+TEST(GradNnConv, ResNetLayer3GeometryIsWithinTheKernelsReach) {
+  struct Case {
+    int64_t in, k, pad, stride, group;
+    bool expected;
+  };
+  for (const Case& c : {Case{2, 3, 1, 1, 1, true}, Case{4, 3, 1, 1, 1, false}, Case{4, 3, 1, 2, 1, false},
+                        Case{2, 3, 1, 1, 2, false}, Case{3, 3, 1, 1, 1, false}, Case{2, 5, 2, 1, 1, true},
+                        Case{3, 5, 2, 1, 1, false}}) {
+    const std::vector<int64_t> s{c.stride, c.stride}, d{1, 1}, pb{c.pad, c.pad};
+    const int64_t out = (c.in + 2 * c.pad - c.k) / c.stride + 1;
+    const Shape x{4, 256, c.in, c.in}, w{256, 256 / c.group, c.k, c.k}, y{4, 256, out, out};
+    const cpu::DenseMap dm = cpu::dense_map(x, w, y, s, d, pb, c.group);
+    EXPECT_EQ(dm.active, c.expected) << c.in << "x" << c.in << ", " << c.k << "x" << c.k << " pad " << c.pad
+                                     << " stride " << c.stride << " group " << c.group;
+  }
+  // Layer3: output (0, 0) sees input (1, 1) through the bottom-right tap, output (1, 1) sees
+  // input (0, 0) through the top-left one, and every output sees its own position at the centre.
+  const cpu::DenseMap dm = cpu::dense_map({2, 8, 2, 2}, {8, 8, 3, 3}, {2, 8, 2, 2}, {1, 1}, {1, 1}, {1, 1}, 1);
+  ASSERT_TRUE(dm.active);
+  EXPECT_EQ(dm.tap[0 * 4 + 3], 8);
+  EXPECT_EQ(dm.tap[3 * 4 + 0], 0);
+  for (int o = 0; o < 4; ++o) EXPECT_EQ(dm.tap[static_cast<size_t>(o * 4 + o)], 4) << o;
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.

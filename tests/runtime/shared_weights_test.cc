@@ -25,29 +25,39 @@ Tensor random_weights(const Shape& shape, uint32_t seed) {
   return t;
 }
 
-// x [4, 16, 6, 6] -> Conv 16->32 3x3 pad 1 (blocked weights) -> Relu -> MaxPool 6x6 ->
-// Conv 32->32 3x3 pad 1 on a 1x1 map (only the centre tap is live: Note [Taps that see only
-// padding], a fully connected layer) -> Flatten -> logits [4, 32].
-std::shared_ptr<const Model> two_convolutions() {
+// x [4, 16, 6, 6] -> Conv 16->32 3x3 pad 1 (blocked weights) -> Relu -> MaxPool 3x3 stride 3
+// -> Conv 32->32 3x3 pad 1 on a 2x2 map (every output sees every input: Note [Convolutions on
+// maps within the kernel's reach], expanded weights) -> MaxPool 2x2 -> Conv 32->32 3x3 pad 1
+// on a 1x1 map (only the centre tap is live: Note [Taps that see only padding], a fully
+// connected layer) -> Flatten -> logits [4, 32].
+std::shared_ptr<const Model> three_convolutions() {
   auto m = std::make_shared<Model>();
   m->opsets = {{"", 17}};
   m->graph.inputs.push_back(ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{-1, "batch"}, {16, ""}, {6, ""}, {6, ""}}});
   m->graph.initializers.set("wa", random_weights({32, 16, 3, 3}, 1));
   m->graph.initializers.set("wb", random_weights({32, 32, 3, 3}, 2));
-  Node a = test::graph_node("conv_a", "Conv", {"x", "wa"}, {"a"});
-  a.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-  Node pool = test::graph_node("pool", "MaxPool", {"r"}, {"p"});
-  pool.attrs.set("kernel_shape", std::vector<int64_t>{6, 6});
-  Node b = test::graph_node("conv_b", "Conv", {"p", "wb"}, {"b"});
-  b.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-  m->graph.nodes = {a, test::graph_node("relu", "Relu", {"a"}, {"r"}), pool, b,
-                    test::graph_node("flat", "Flatten", {"b"}, {"y"})};
+  m->graph.initializers.set("wc", random_weights({32, 32, 3, 3}, 4));
+  auto conv = [](const std::string& name, const std::string& x, const std::string& w, const std::string& y) {
+    Node n = test::graph_node(name, "Conv", {x, w}, {y});
+    n.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    return n;
+  };
+  auto pool = [](const std::string& name, const std::string& x, const std::string& y, int64_t k) {
+    Node n = test::graph_node(name, "MaxPool", {x}, {y});
+    n.attrs.set("kernel_shape", std::vector<int64_t>{k, k});
+    n.attrs.set("strides", std::vector<int64_t>{k, k});
+    return n;
+  };
+  m->graph.nodes = {conv("conv_a", "x", "wa", "a"), test::graph_node("relu", "Relu", {"a"}, {"r"}),
+                    pool("pool_a", "r", "p", 3),     conv("conv_b", "p", "wb", "b"),
+                    pool("pool_b", "b", "q", 2),     conv("conv_c", "q", "wc", "c"),
+                    test::graph_node("flat", "Flatten", {"c"}, {"y"})};
   m->graph.outputs.push_back(ValueInfo{"y", DType::kFloat32, std::vector<Dim>{{-1, "batch"}, {32, ""}}});
   return m;
 }
 
 TEST(SharedWeights, ReplicasSharingDerivedWeightsMakeThePlainTrainersUpdate) {
-  const auto model = two_convolutions();
+  const auto model = three_convolutions();
   TrainingSpec spec;
   spec.loss = LossKind::kSoftmaxCrossEntropy;
   spec.optimizer.kind = OptimizerKind::kSgd;
@@ -78,8 +88,9 @@ TEST(SharedWeights, ReplicasSharingDerivedWeightsMakeThePlainTrainersUpdate) {
         }
         mirrored.step(shards, 4, lr);
       }
-      // wa's reorders (forward, backward data) and wb's live taps were shared.
-      EXPECT_GE(ParameterVersions::get().derived_count(), entries_before + 2) << replicas << " replicas";
+      // wa's forward reorder (no dX is wanted of the first layer), wb's expansion and wc's
+      // live taps were shared.
+      EXPECT_GE(ParameterVersions::get().derived_count(), entries_before + 3) << replicas << " replicas";
       for (const auto& name : plain.parameters().names())
         EXPECT_TRUE(test::tensors_close(mirrored.parameters().at(name), plain.parameters().at(name), 1e-5, 1e-6))
             << name << ", " << replicas << " replicas";

@@ -103,6 +103,12 @@ class ConvKernel : public OpKernel {
         fully_connected_forward(x, *wp, b, y);
         return;
       }
+      // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h).
+      const DenseMap dm = dense_map(x.shape(), w.shape(), out, s, d, pb, grp);
+      if (dm.active) {
+        dense_forward(dm, x, expanded_weights(dm, w, expanded_w_, info_.precision), b, y);
+        return;
+      }
       std::vector<int64_t> key;
       append_key(key, x.shape());
       append_key(key, wp->shape());
@@ -251,6 +257,31 @@ class ConvKernel : public OpKernel {
       }
   }
 
+  // Note [Convolutions on maps within the kernel's reach]: Y [N, M*Po] = X [N, C*Pi] Wx^T + B,
+  // as Y^T = Wx X^T and a transpose (with the bias and Relu) into Y: with few samples a
+  // replica, sgemm took twice as long reading Wx transposed (batch 32: 1.29 against 0.75 ms).
+  void dense_forward(const DenseMap& dm, const Tensor& x, const Tensor& wx, const Tensor* b, Tensor& y) {
+    const int64_t n = x.dim(0), rows = wx.dim(0), cols = wx.dim(1), po = dm.out_size;
+    dnnl_set_num_threads(info_.num_threads);
+    dense_yt_.resize(static_cast<size_t>(rows * n));
+    if (wx.dtype() == DType::kBFloat16)
+      gemm_bf16(false, true, rows, n, cols, 1.0f, {wx.raw(), true}, cols, {x.raw(), false}, cols, 0.0f,
+                dense_yt_.data(), n);
+    else
+      gemm(false, true, rows, n, cols, 1.0f, wx.data<float>(), cols, x.data<float>(), cols, 0.0f, dense_yt_.data(), n);
+    const float* pb = b ? b->data<float>() : nullptr;
+    float* py = y.data<float>();
+    const float* yt = dense_yt_.data();
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {  // a cache line of each row of Y at a time
+      const int64_t r1 = std::min(rows, r0 + 16);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = r0; r < r1; ++r) {
+          const float v = yt[r * n + i] + (pb ? pb[r / po] : 0.0f);
+          py[i * rows + r] = relu_ && !(v > 0.0f) ? 0.0f : v;
+        }
+    }
+  }
+
   template <class T>
   void conv_im2col(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
                    const Geometry& g) const {
@@ -280,6 +311,8 @@ class ConvKernel : public OpKernel {
   bool relu_ = false;
   ShapeCache<DnnlConv> cache_;
   Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding]), unless shared
+  Tensor expanded_w_;  // Wx (Note [Convolutions on maps within the kernel's reach]), unless shared
+  std::vector<float> dense_yt_;  // its Y^T
 };
 
 class ConvTransposeKernel : public OpKernel {
