@@ -356,12 +356,13 @@ void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double a
 
 SharedWeightReorder::SharedWeightReorder(const dnnl::memory::desc& plain, const dnnl::memory::desc& to)
     : key_("reorder " + layout_key(plain.data) + " -> " + layout_key(to.data)), bytes_(to.get_size()) {
-  if (to.data.format_kind != dnnl_blocked) return;  // no sharing: get() returns nullptr
   if (Bf16WeightPack::handles(to)) {
     pack_ = std::make_shared<Bf16WeightPack>(plain, to);
     return;
   }
-  int n = kParts;
+  // Layouts other than blocked ones (Winograd's transformed weights, Note [Winograd
+  // convolutions] in conv/geometry.h) are made whole, by the first kernel that asks.
+  int n = to.data.format_kind == dnnl_blocked ? kParts : 1;
   while (n > 1 && !(splits_on_dim0(plain.data, n) && splits_on_dim0(to.data, n))) n /= 2;
   dnnl::engine& eng = dnnl_engine();
   const dnnl::memory::desc src = n > 1 ? part_of(plain, n) : plain, dst = n > 1 ? part_of(to, n) : to;

@@ -126,7 +126,7 @@ class Bf16WeightPack {
 // convolutions of all local replicas, or their backward data passes. The layouts oneDNN picks
 // for convolution weights keep output-channel blocks outermost, so whole blocks of output
 // channels are contiguous in both layouts and the reorder runs in up to kParts such parts,
-// one taken at a time by each kernel that asks.
+// one taken at a time by each kernel that asks. Other layouts (Winograd's) are made whole.
 class SharedWeightReorder {
  public:
   static constexpr int kParts = 4;

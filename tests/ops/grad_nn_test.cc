@@ -315,6 +315,72 @@ TEST(GradNnConv, ResNetLayer3GeometryIsWithinTheKernelsReach) {
   for (int o = 0; o < 4; ++o) EXPECT_EQ(dm.tap[static_cast<size_t>(o * 4 + o)], 4) << o;
 }
 
+// The largest difference between `got` (float32) and `want` (float64), relative to want's
+// largest magnitude.
+double relative_error(const Tensor& got, const std::vector<double>& want) {
+  double worst = 0, largest = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got.data<float>()[i] - want[i]));
+    largest = std::max(largest, std::abs(want[i]));
+  }
+  return worst / largest;
+}
+
+// Note [Winograd convolutions] (conv/geometry.h): a float32 3x3 stride-1 convolution with
+// channels in sixteens runs oneDNN's Winograd kernel on AVX-512 (the direct one elsewhere).
+// Its backward passes always: dX and dW of a 16-channel 6x6 case against float64 sums written
+// out here (finite differences in float32 are too coarse for 144-term sums: they missed by
+// 10% with the direct kernel too). Its forward from kWinogradForwardPositions output positions
+// a call: a 64x64 map against the float64 im2col forward. The transforms round a few more
+// times than a direct sum; both stay within 1e-5 of the largest value.
+TEST(GradNnConv, WinogradConvolutions) {
+  {
+    const int64_t n = 2, c = 16, m = 16, h = 6;
+    const Tensor x = random_tensor({n, c, h, h}, 300), w = random_tensor({m, c, 3, 3}, 301),
+                 dy = random_tensor({n, m, h, h}, 302);
+    const auto grads = test::run_node("ConvGrad", "com.onnx-mirror", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {dy, x, w}, 2);
+    std::vector<double> dx(static_cast<size_t>(x.numel())), dw(static_cast<size_t>(w.numel()));
+    const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t o = 0; o < m; ++o)
+        for (int64_t r = 0; r < h; ++r)
+          for (int64_t q = 0; q < h; ++q) {
+            const double g = pdy[((b * m + o) * h + r) * h + q];
+            for (int64_t i = 0; i < c; ++i)
+              for (int64_t kr = 0; kr < 3; ++kr)
+                for (int64_t kq = 0; kq < 3; ++kq) {
+                  const int64_t ir = r + kr - 1, iq = q + kq - 1;
+                  if (ir < 0 || ir >= h || iq < 0 || iq >= h) continue;
+                  const int64_t xi = ((b * c + i) * h + ir) * h + iq, wi = ((o * c + i) * 3 + kr) * 3 + kq;
+                  dx[static_cast<size_t>(xi)] += g * pw[wi];
+                  dw[static_cast<size_t>(wi)] += g * px[xi];
+                }
+          }
+    EXPECT_LT(relative_error(grads[0], dx), 1e-5) << "dX";
+    EXPECT_LT(relative_error(grads[1], dw), 1e-5) << "dW";
+  }
+  const Tensor x = random_tensor({2, 16, 64, 64}, 310), w = random_tensor({16, 16, 3, 3}, 311), b = random_tensor({16}, 312);
+  ASSERT_GE(2 * 64 * 64, cpu::kWinogradForwardPositions);
+  const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
+  const Tensor y32 = test::run_node("Conv", "", a, {x, w, b})[0];
+  const Tensor y64 = test::run_node("Conv", "", a, {f64(x), f64(w), f64(b)})[0];
+  ASSERT_EQ(y32.shape(), y64.shape());
+  EXPECT_LT(relative_error(y32, std::vector<double>(y64.data<double>(), y64.data<double>() + y64.numel())), 1e-5);
+  // Which geometries ask for it: ResNet-18's layer1 and layer2 and the CNN's conv2; not a
+  // stride, a group, a 5x5 kernel, channels not in sixteens, 2x2 maps, or bf16.
+  using cpu::winograd_candidate;
+  const std::vector<int64_t> one{1, 1}, two{2, 2};
+  EXPECT_TRUE(winograd_candidate({64, 64, 3, 3}, {32, 64, 8, 8}, one, one, 1, MathPrecision::kFloat32));
+  EXPECT_TRUE(winograd_candidate({128, 128, 3, 3}, {32, 128, 4, 4}, one, one, 1, MathPrecision::kFloat32));
+  EXPECT_TRUE(winograd_candidate({64, 32, 3, 3}, {128, 64, 11, 11}, one, one, 1, MathPrecision::kFloat32));
+  EXPECT_FALSE(winograd_candidate({128, 64, 3, 3}, {32, 128, 4, 4}, two, one, 1, MathPrecision::kFloat32));
+  EXPECT_FALSE(winograd_candidate({64, 32, 3, 3}, {32, 64, 8, 8}, one, one, 2, MathPrecision::kFloat32));
+  EXPECT_FALSE(winograd_candidate({64, 64, 5, 5}, {32, 64, 8, 8}, one, one, 1, MathPrecision::kFloat32));
+  EXPECT_FALSE(winograd_candidate({32, 1, 3, 3}, {32, 32, 26, 26}, one, one, 1, MathPrecision::kFloat32));
+  EXPECT_FALSE(winograd_candidate({256, 256, 3, 3}, {32, 256, 2, 2}, one, one, 1, MathPrecision::kFloat32));
+  EXPECT_FALSE(winograd_candidate({64, 64, 3, 3}, {32, 64, 8, 8}, one, one, 1, MathPrecision::kBFloat16));
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.

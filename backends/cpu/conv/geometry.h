@@ -41,6 +41,31 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
   return pixels >= kPointwisePlainPixels;
 }
 
+// Note [Winograd convolutions]: oneDNN 2.6 has a float32 Winograd F(4x4, 3x3) kernel for
+// AVX-512 (jit_wino_4x3) for all three passes. It does 2.25x fewer multiplies for a 3x3,
+// stride-1 convolution, and on this project's shapes ran 1.5-2.5x faster than the direct
+// kernel, in every pass: the models/ CNN's conv2 (32 -> 64 on 13x13, batch 128) forward 4.9 ->
+// 2.6 ms, backward data 5.1 -> 4.7, weights 5.8 -> 2.4; ResNet-18's layer1 (64 -> 64 on 8x8,
+// batch 32) 1.1 -> 0.54 in each, layer2 (128 on 4x4) 0.96 -> 0.64 forward and 1.37 -> 0.56
+// weights. Its error is that of the transforms, a few float32 roundings more than the direct
+// sum's. So a float32 3x3 convolution with stride and dilation 1, one group, channels in
+// sixteens and output maps of at least 4x4 asks for it (oneDNN refuses below AVX-512, and
+// then the direct kernel runs). bfloat16 has no Winograd kernel: under bf16 the direct one runs.
+// The forward reads its weights transformed, and oneDNN's reorder into that layout is a
+// reference loop (wino_reorder: 5.5 ms for 128x128x3x3, 1.5 ms for 64x64x3x3, once a step),
+// which costs more than the forward saves on ResNet-18's small maps (layer1 at batch 32:
+// 0.55 ms a replica). So the forward asks for it only from kWinogradForwardPositions output
+// positions a call (the CNN's conv2 at batch 128: 15,488); the backward passes read the usual
+// blocked weights and ask for it always.
+constexpr int64_t kWinogradForwardPositions = 8192;
+
+inline bool winograd_candidate(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
+                               const std::vector<int64_t>& d, int64_t group, MathPrecision precision) {
+  if (precision != MathPrecision::kFloat32 || group != 1 || w.size() != 4) return false;
+  return w[2] == 3 && w[3] == 3 && s[0] == 1 && s[1] == 1 && d[0] == 1 && d[1] == 1 && w[0] % 16 == 0 &&
+         w[1] % 16 == 0 && out[2] >= 4 && out[3] >= 4;
+}
+
 inline int64_t floor_div(int64_t a, int64_t b) {
   const int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;

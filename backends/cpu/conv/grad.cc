@@ -293,7 +293,20 @@ class ConvGradKernel : public OpKernel {
     }
   }
 
-  ConvBackward create(const Shape& x, const Shape& w, const Shape& out,
+  ConvBackward create(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
+                      const std::vector<int64_t>& d, const std::vector<int64_t>& pb, const std::vector<int64_t>& pe,
+                      bool want_dx, bool want_dw) const {
+    // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it, else direct.
+    if (winograd_candidate(w, out, s, d, attrs_.group, info_.precision) && dnnl_has_avx512()) {
+      try {
+        return create(dnnl::algorithm::convolution_winograd, x, w, out, s, d, pb, pe, want_dx, want_dw);
+      } catch (const Error&) {
+      }
+    }
+    return create(dnnl::algorithm::convolution_direct, x, w, out, s, d, pb, pe, want_dx, want_dw);
+  }
+
+  ConvBackward create(dnnl::algorithm alg, const Shape& x, const Shape& w, const Shape& out,
                       const std::vector<int64_t>& s, const std::vector<int64_t>& d,
                       const std::vector<int64_t>& pb, const std::vector<int64_t>& pe, bool want_dx,
                       bool want_dw) const {
@@ -326,15 +339,12 @@ class ConvGradKernel : public OpKernel {
       for (int64_t v : d) dil.push_back(v - 1);
       dnnl::engine& eng = dnnl_engine();
       const dnnl::convolution_forward::primitive_desc hint(
-          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, in_x, in_w, any_y,
-                                          s, dil, pb, pe),
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, in_x, in_w, any_y, s, dil, pb, pe),
           eng);
       ConvBackward e;
       if (want_dx) {
         const dnnl::convolution_backward_data::primitive_desc pd(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any_x,
-                                                  in_w, in_y, s, dil, pb, pe),
+            dnnl::convolution_backward_data::desc(alg, any_x, in_w, in_y, s, dil, pb, pe),
             user_scratchpad_attr(), eng, hint);
         e.data_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.data = dnnl::convolution_backward_data(pd);
@@ -349,8 +359,7 @@ class ConvGradKernel : public OpKernel {
       }
       if (want_dw) {
         const dnnl::convolution_backward_weights::primitive_desc pd(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, in_x,
-                                                     any_w, in_y, s, dil, pb, pe),
+            dnnl::convolution_backward_weights::desc(alg, in_x, any_w, in_y, s, dil, pb, pe),
             user_scratchpad_attr(), eng, hint);
         // Note [Depthwise weight gradients]: one filter per channel, 2-D, float32, and oneDNN
         // fell back to its gemm convolution.
