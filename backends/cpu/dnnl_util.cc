@@ -114,16 +114,29 @@ dnnl::memory::desc part_of(const dnnl::memory::desc& md, int parts) {
   return dnnl::memory::desc(d);
 }
 
+}  // namespace
+
 std::string layout_key(const dnnl_memory_desc_t& md) {
-  std::string k = std::to_string(md.data_type) + ":" + std::to_string(md.ndims);
-  const dnnl_blocking_desc_t& b = md.format_desc.blocking;
-  for (int i = 0; i < md.ndims; ++i)
-    k += "," + std::to_string(md.dims[i]) + "/" + std::to_string(md.padded_dims[i]) + "/" + std::to_string(b.strides[i]);
-  for (int i = 0; i < b.inner_nblks; ++i) k += ";" + std::to_string(b.inner_idxs[i]) + "x" + std::to_string(b.inner_blks[i]);
+  std::string k = std::to_string(md.format_kind) + ":" + std::to_string(md.data_type) + ":" + std::to_string(md.ndims);
+  for (int i = 0; i < md.ndims; ++i) k += "," + std::to_string(md.dims[i]) + "/" + std::to_string(md.padded_dims[i]);
+  if (md.format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t& b = md.format_desc.blocking;
+    k += ";offset " + std::to_string(md.offset0) + ";strides";
+    for (int i = 0; i < md.ndims; ++i) k += "," + std::to_string(b.strides[i]);
+    for (int i = 0; i < b.inner_nblks; ++i) k += ";" + std::to_string(b.inner_idxs[i]) + "x" + std::to_string(b.inner_blks[i]);
+  } else if (md.format_kind == dnnl_format_kind_wino) {
+    // Every field: oneDNN picks oc2_block by the batch's tiles, so one convolution's weights
+    // take different Winograd layouts at different batch sizes.
+    const dnnl_wino_desc_t& w = md.format_desc.wino_desc;
+    uint32_t scale = 0;
+    std::memcpy(&scale, &w.adj_scale, sizeof scale);
+    for (const int64_t v : {int64_t{w.wino_format}, int64_t{w.r}, int64_t{w.alpha}, int64_t{w.ic}, int64_t{w.oc},
+                            int64_t{w.ic_block}, int64_t{w.oc_block}, int64_t{w.ic2_block}, int64_t{w.oc2_block},
+                            int64_t{scale}, static_cast<int64_t>(w.size)})
+      k += ";" + std::to_string(v);
+  }
   return k;
 }
-
-}  // namespace
 
 bool Bf16WeightPack::handles(const dnnl::memory::desc& to) {
   const dnnl_memory_desc_t& d = to.data;
@@ -360,8 +373,9 @@ SharedWeightReorder::SharedWeightReorder(const dnnl::memory::desc& plain, const 
     pack_ = std::make_shared<Bf16WeightPack>(plain, to);
     return;
   }
-  // Layouts other than blocked ones (Winograd's transformed weights, Note [Winograd
-  // convolutions] in conv/geometry.h) are made whole, by the first kernel that asks.
+  // Winograd's transformed weights (Note [Winograd convolutions] in conv/geometry.h) are made
+  // whole, by the first kernel that asks; other layouts that are not blocked are not shared.
+  if (to.data.format_kind != dnnl_blocked && to.data.format_kind != dnnl_format_kind_wino) return;
   int n = to.data.format_kind == dnnl_blocked ? kParts : 1;
   while (n > 1 && !(splits_on_dim0(plain.data, n) && splits_on_dim0(to.data, n))) n /= 2;
   dnnl::engine& eng = dnnl_engine();

@@ -120,6 +120,10 @@ class Bf16WeightPack {
   int64_t out_i_ = 0, out_hw_ = 0, out_a_ = 0;                    // out's strides (bf16s)
 };
 
+// A key naming the layout of `md` (kind, type, dims, and the blocking or Winograd fields):
+// equal keys, equal layouts.
+std::string layout_key(const dnnl_memory_desc_t& md);
+
 // ---- weights reordered once a step (Note [Parameter versions] in common/parameter_versions.h)
 // A reorder of plain weights into a primitive's layout whose result every kernel of a
 // training step that asks for the same parameter in the same layout shares: the forward

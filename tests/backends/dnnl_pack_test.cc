@@ -62,5 +62,39 @@ TEST(Bf16WeightPack, RefusesOtherLayouts) {
   EXPECT_TRUE(Bf16WeightPack::handles(md({100, 31, 1, 1}, dt::bf16, tag::AcdB64a2b)));
 }
 
+// Note [Winograd convolutions] (conv/geometry.h): the weights layout oneDNN's float32 Winograd
+// forward picks for models/cnn.onnx's conv2 (32 -> 64, 3x3 on 13x13) at a batch of `n`, or an
+// empty desc where it has no Winograd kernel.
+md winograd_weights(int64_t n) {
+  const dnnl::memory::dims src{n, 32, 13, 13}, wei{64, 32, 3, 3}, dst{n, 64, 11, 11};
+  try {
+    const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                               dnnl::algorithm::convolution_winograd, md(src, dt::f32, tag::any),
+                                               md(wei, dt::f32, tag::any), md(), md(dst, dt::f32, tag::any),
+                                               {1, 1}, {0, 0}, {0, 0}, {0, 0});
+    return dnnl::convolution_forward::primitive_desc(desc, dnnl_engine()).weights_desc();
+  } catch (const dnnl::error&) {
+    return md();
+  }
+}
+
+// oneDNN blocks Winograd's transformed weights by the batch's tiles (oc2_block: 2 at batch 128,
+// 4 at 127), so layouts that agree in every dimension differ. The keys that name the shared
+// reorders of Note [Parameter versions] must tell them apart: one copy made for a batch of
+// 128 and read by a convolution at 127 gave outputs off by 67 where the largest was 0.76.
+TEST(LayoutKey, TellsWinogradLayoutsOfDifferentBatchesApart) {
+  const md a = winograd_weights(128), b = winograd_weights(127);
+  if (a.data.format_kind != dnnl_format_kind_wino || b.data.format_kind != dnnl_format_kind_wino)
+    GTEST_SKIP() << "no float32 Winograd kernel here (" << dnnl_isa_name() << ")";
+  ASSERT_NE(a, b) << "oneDNN chose one Winograd layout for both batches: the case this test is about is gone";
+  EXPECT_NE(layout_key(a.data), layout_key(b.data));
+  EXPECT_EQ(layout_key(a.data), layout_key(winograd_weights(128).data));
+  // Blocked layouts: the same dims in different blockings, and in the same one.
+  const md blocked16({64, 32, 3, 3}, dt::f32, tag::ABcd16b16a), blocked8({64, 32, 3, 3}, dt::f32, tag::ABcd8b8a);
+  EXPECT_NE(layout_key(blocked16.data), layout_key(blocked8.data));
+  EXPECT_EQ(layout_key(blocked16.data), layout_key(md({64, 32, 3, 3}, dt::f32, tag::ABcd16b16a).data));
+  EXPECT_NE(layout_key(blocked16.data), layout_key(md({64, 32, 3, 3}, dt::bf16, tag::ABcd16b16a).data));
+}
+
 }  // namespace
 }  // namespace omt::cpu

@@ -326,39 +326,52 @@ double relative_error(const Tensor& got, const std::vector<double>& want) {
   return worst / largest;
 }
 
+// dX and dW of a 2-D convolution with square maps and kernel, stride 1 and `pad` on every side,
+// summed in float64 as written: dX[b,i,r',q'] and dW[o,i,kr,kq] collect dY[b,o,r,q] times W
+// and X through each tap (r' = r + kr - pad, q' = q + kq - pad) that lands inside the input.
+// Checks ConvGrad's float32 dX and dW against them, within `tolerance` of the largest value.
+void expect_conv_grad_matches_float64(const Shape& xs, const Shape& ws, int64_t pad, uint64_t seed, double tolerance) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], m = ws[0], k = ws[2], oh = h + 2 * pad - k + 1;
+  const Tensor x = random_tensor(xs, seed), w = random_tensor(ws, seed + 1), dy = random_tensor({n, m, oh, oh}, seed + 2);
+  const auto grads = test::run_node("ConvGrad", "com.onnx-mirror", attrs_of({{"pads", Ints{pad, pad, pad, pad}}}),
+                                    {dy, x, w}, 2);
+  std::vector<double> dx(static_cast<size_t>(x.numel())), dw(static_cast<size_t>(w.numel()));
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t r = 0; r < oh; ++r)
+        for (int64_t q = 0; q < oh; ++q) {
+          const double g = pdy[((b * m + o) * oh + r) * oh + q];
+          for (int64_t i = 0; i < c; ++i)
+            for (int64_t kr = 0; kr < k; ++kr)
+              for (int64_t kq = 0; kq < k; ++kq) {
+                const int64_t ir = r + kr - pad, iq = q + kq - pad;
+                if (ir < 0 || ir >= h || iq < 0 || iq >= h) continue;
+                const int64_t xi = ((b * c + i) * h + ir) * h + iq, wi = ((o * c + i) * k + kr) * k + kq;
+                dx[static_cast<size_t>(xi)] += g * pw[wi];
+                dw[static_cast<size_t>(wi)] += g * px[xi];
+              }
+        }
+  EXPECT_LT(relative_error(grads[0], dx), tolerance) << "dX of " << shape_str(xs) << " * " << shape_str(ws);
+  EXPECT_LT(relative_error(grads[1], dw), tolerance) << "dW of " << shape_str(xs) << " * " << shape_str(ws);
+}
+
+// The dense path's dW sums G = dY^T X a block of output channels at a time (kDenseGradFloats
+// of G): 128 output channels over 256 inputs on 2x2 maps make two blocks, checked against
+// float64 (the geometries above fit in one).
+TEST(GradNnConv, MapsWithinTheKernelsReachInSeveralBlocksOfG) {
+  expect_conv_grad_matches_float64({2, 256, 2, 2}, {128, 256, 3, 3}, 1, 290, 1e-5);
+}
+
 // Note [Winograd convolutions] (conv/geometry.h): a float32 3x3 stride-1 convolution with
 // channels in sixteens runs oneDNN's Winograd kernel on AVX-512 (the direct one elsewhere).
-// Its backward passes always: dX and dW of a 16-channel 6x6 case against float64 sums written
-// out here (finite differences in float32 are too coarse for 144-term sums: they missed by
-// 10% with the direct kernel too). Its forward from kWinogradForwardPositions output positions
-// a call: a 64x64 map against the float64 im2col forward. The transforms round a few more
-// times than a direct sum; both stay within 1e-5 of the largest value.
+// Its backward passes always: dX and dW of a 16-channel 6x6 case against float64 sums
+// (finite differences in float32 are too coarse for 144-term sums: they missed by 10% with
+// the direct kernel too). Its forward from kWinogradForwardPositions output positions a call:
+// a 64x64 map against the float64 im2col forward. The transforms round a few more times than
+// a direct sum; both stay within 1e-5 of the largest value.
 TEST(GradNnConv, WinogradConvolutions) {
-  {
-    const int64_t n = 2, c = 16, m = 16, h = 6;
-    const Tensor x = random_tensor({n, c, h, h}, 300), w = random_tensor({m, c, 3, 3}, 301),
-                 dy = random_tensor({n, m, h, h}, 302);
-    const auto grads = test::run_node("ConvGrad", "com.onnx-mirror", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {dy, x, w}, 2);
-    std::vector<double> dx(static_cast<size_t>(x.numel())), dw(static_cast<size_t>(w.numel()));
-    const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t o = 0; o < m; ++o)
-        for (int64_t r = 0; r < h; ++r)
-          for (int64_t q = 0; q < h; ++q) {
-            const double g = pdy[((b * m + o) * h + r) * h + q];
-            for (int64_t i = 0; i < c; ++i)
-              for (int64_t kr = 0; kr < 3; ++kr)
-                for (int64_t kq = 0; kq < 3; ++kq) {
-                  const int64_t ir = r + kr - 1, iq = q + kq - 1;
-                  if (ir < 0 || ir >= h || iq < 0 || iq >= h) continue;
-                  const int64_t xi = ((b * c + i) * h + ir) * h + iq, wi = ((o * c + i) * 3 + kr) * 3 + kq;
-                  dx[static_cast<size_t>(xi)] += g * pw[wi];
-                  dw[static_cast<size_t>(wi)] += g * px[xi];
-                }
-          }
-    EXPECT_LT(relative_error(grads[0], dx), 1e-5) << "dX";
-    EXPECT_LT(relative_error(grads[1], dw), 1e-5) << "dW";
-  }
+  expect_conv_grad_matches_float64({2, 16, 6, 6}, {16, 16, 3, 3}, 1, 300, 1e-5);
   const Tensor x = random_tensor({2, 16, 64, 64}, 310), w = random_tensor({16, 16, 3, 3}, 311), b = random_tensor({16}, 312);
   ASSERT_GE(2 * 64 * 64, cpu::kWinogradForwardPositions);
   const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});

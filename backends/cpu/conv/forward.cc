@@ -130,6 +130,22 @@ class ConvKernel : public OpKernel {
   DnnlConv create(const Tensor& x, const Tensor& w, bool has_bias, const Shape& out,
                   const std::vector<int64_t>& s, const std::vector<int64_t>& d,
                   const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
+    // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
+    // refusal as kUnsupported), else direct.
+    if (winograd_candidate(w.shape(), out, s, d, attrs_.group, info_.precision) && dnnl_has_avx512() &&
+        out[0] * out[2] * out[3] >= kWinogradForwardPositions) {
+      try {
+        return create(dnnl::algorithm::convolution_winograd, x, w, has_bias, out, s, d, pb, pe);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUnsupported) throw;
+      }
+    }
+    return create(dnnl::algorithm::convolution_direct, x, w, has_bias, out, s, d, pb, pe);
+  }
+
+  DnnlConv create(dnnl::algorithm alg, const Tensor& x, const Tensor& w, bool has_bias, const Shape& out,
+                  const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                  const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
     return dnnl_try(info_.where(), "a convolution primitive", [&] {
       using md = dnnl::memory::desc;
       using tag = dnnl::memory::format_tag;
@@ -160,12 +176,10 @@ class ConvKernel : public OpKernel {
       const tag act = !thin && dnnl_has_avx512() && x.shape().size() == 4 && x.dim(1) % 16 == 0 && out[1] % 16 == 0
                           ? tag::aBcd16b
                           : tag::any;
-      auto desc = [&](dnnl::algorithm alg) {
-        return dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, alg, thin ? user_src : md(dnnl_dims(x.shape()), in_type, act),
-            md(dnnl_dims(wshape), in_type, tag::any), bias, thin ? user_dst : md(dnnl_dims(out), f32, act), s, dil,
-            pb, pe);
-      };
+      const dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, alg, thin ? user_src : md(dnnl_dims(x.shape()), in_type, act),
+          md(dnnl_dims(wshape), in_type, tag::any), bias, thin ? user_dst : md(dnnl_dims(out), f32, act), s, dil,
+          pb, pe);
       dnnl::primitive_attr attr = user_scratchpad_attr();
       // oneDNN's gemm convolution (what thin convolutions get) applies an eltwise post-op
       // element by element: 10.9 ms for conv1 at batch 256 against 1.9 ms without it. There
@@ -175,17 +189,7 @@ class ConvKernel : public OpKernel {
         ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         attr.set_post_ops(ops);
       }
-      // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it, else direct.
-      dnnl::convolution_forward::primitive_desc pd;
-      if (!thin && winograd_candidate(w.shape(), out, s, d, grp, info_.precision) && dnnl_has_avx512() &&
-          out[0] * out[2] * out[3] >= kWinogradForwardPositions) {
-        try {
-          pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_winograd), attr,
-                                                         dnnl_engine());
-        } catch (const dnnl::error&) {
-        }
-      }
-      if (!pd) pd = dnnl::convolution_forward::primitive_desc(desc(dnnl::algorithm::convolution_direct), attr, dnnl_engine());
+      const dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_engine());
       DnnlConv e;
       e.relu_after = relu_ && thin;
       dnnl::engine& eng = dnnl_engine();

@@ -383,6 +383,14 @@ inline DenseMap dense_map(const Shape& x, const Shape& w, const Shape& y, const 
   const size_t nsp = x.size() - 2;
   if (group != 1 || nsp == 0) return dm;
   int64_t pi = 1, po = 1, k = 1;
+  for (size_t j = 0; j < nsp; ++j) {  // the size bound first: every call asks
+    pi *= x[j + 2];
+    po *= y[j + 2];
+    k *= w[j + 2];
+    if (pi <= 0 || po <= 0 || po * pi > 2 * k * 4096) return dm;  // (no overflow below)
+  }
+  if (po * pi > 2 * k) return dm;
+  pi = po = k = 1;
   // Per dimension, the tap of each (output, input) pair.
   std::vector<std::vector<int32_t>> taps(nsp);
   for (size_t j = 0; j < nsp; ++j) {

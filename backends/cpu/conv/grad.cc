@@ -296,11 +296,13 @@ class ConvGradKernel : public OpKernel {
   ConvBackward create(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                       const std::vector<int64_t>& d, const std::vector<int64_t>& pb, const std::vector<int64_t>& pe,
                       bool want_dx, bool want_dw) const {
-    // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it, else direct.
+    // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
+    // refusal as kUnsupported), else direct.
     if (winograd_candidate(w, out, s, d, attrs_.group, info_.precision) && dnnl_has_avx512()) {
       try {
         return create(dnnl::algorithm::convolution_winograd, x, w, out, s, d, pb, pe, want_dx, want_dw);
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kUnsupported) throw;
       }
     }
     return create(dnnl::algorithm::convolution_direct, x, w, out, s, d, pb, pe, want_dx, want_dw);
