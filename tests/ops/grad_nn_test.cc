@@ -394,6 +394,35 @@ TEST(GradNnConv, WinogradConvolutions) {
   EXPECT_FALSE(winograd_candidate({64, 64, 3, 3}, {32, 64, 8, 8}, one, one, 1, MathPrecision::kBFloat16));
 }
 
+// With constant weights (an inference Session) the forward of Note [Convolutions on maps
+// within the kernel's reach] expands them once per geometry: a 2x2 map, then a 1x2 one (other
+// taps, other positions), then the 2x2 again, each against the float64 im2col forward.
+// Reusing one geometry's expansion for another fails it.
+TEST(GradNnConv, ConstantWeightsOnMapsWithinTheKernelsReach) {
+  auto model = std::make_shared<Model>();
+  model->opsets = {{"", 17}};
+  model->graph.inputs.push_back(
+      ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{2, ""}, {6, ""}, {-1, "h"}, {-1, "w"}}});
+  const Tensor w = random_tensor({5, 6, 3, 3}, 320);
+  model->graph.initializers.set("w", w);
+  Node conv = test::graph_node("conv", "Conv", {"x", "w"}, {"y"});
+  conv.attrs.set("pads", Ints{1, 1, 1, 1});
+  model->graph.nodes = {conv};
+  model->graph.outputs.push_back(ValueInfo{"y", DType::kFloat32, {}});
+  Session session(model);
+  uint64_t seed = 321;
+  for (const Shape& xs : {Shape{2, 6, 2, 2}, Shape{2, 6, 1, 2}, Shape{2, 6, 2, 2}}) {
+    SCOPED_TRACE(shape_str(xs));
+    const Tensor x = random_tensor(xs, ++seed);
+    NamedTensors feeds;
+    feeds.set("x", x);
+    const Tensor y = session.run(feeds).at("y");
+    const Tensor want = test::run_node("Conv", "", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {f64(x), f64(w)})[0];
+    ASSERT_EQ(y.shape(), want.shape());
+    EXPECT_LT(relative_error(y, std::vector<double>(want.data<double>(), want.data<double>() + want.numel())), 1e-6);
+  }
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.

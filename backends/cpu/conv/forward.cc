@@ -106,7 +106,19 @@ class ConvKernel : public OpKernel {
       // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h).
       const DenseMap dm = dense_map(x.shape(), w.shape(), out, s, d, pb, grp);
       if (dm.active) {
-        dense_forward(dm, x, expanded_weights(dm, w, expanded_w_, info_.precision), b, y);
+        // Constant weights (inference) are expanded once per geometry, as the oneDNN path
+        // reorders them once.
+        std::vector<int32_t> geometry = dm.tap;
+        geometry.push_back(static_cast<int32_t>(dm.in_size));
+        if (constant_weights_ && expanded_from_ == w.raw() && expanded_geometry_ == geometry) {
+          dense_forward(dm, x, expanded_w_, b, y);
+        } else {
+          const Tensor wx = expanded_weights(dm, w, expanded_w_, info_.precision);
+          const bool own = constant_weights_ && wx.raw() == expanded_w_.raw();
+          expanded_from_ = own ? w.raw() : nullptr;
+          expanded_geometry_ = own ? geometry : std::vector<int32_t>();
+          dense_forward(dm, x, wx, b, y);
+        }
         return;
       }
       std::vector<int64_t> key;
@@ -328,6 +340,8 @@ class ConvKernel : public OpKernel {
   ShapeCache<DnnlConv> cache_;
   Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding]), unless shared
   Tensor expanded_w_;  // Wx (Note [Convolutions on maps within the kernel's reach]), unless shared
+  const void* expanded_from_ = nullptr;    // the constant weights expanded_w_ holds, if any,
+  std::vector<int32_t> expanded_geometry_;  // and for which taps and input positions
   std::vector<float> dense_yt_;  // its Y^T
 };
 
