@@ -326,6 +326,32 @@ AttributeMap layer4_attrs() {
   return a;
 }
 
+// Batch normalisation in training (batch statistics; Note [Normalising in memory order] in
+// norm/moments.h), forward and gradient, on MobileNetV2's largest expanded map at 3x64x64 (96
+// channels, 32x32) and ResNet-18's stem output (64 channels, 16x16), batch 32. Bytes: X read
+// and Y written (forward), dY and X read and dX written (gradient), once each.
+void BM_BatchNormTraining(benchmark::State& st, int64_t c, int64_t hw, bool grad) {
+  const int64_t batch = 32;
+  const Tensor x = random_tensor({batch, c, hw, hw}, 1), scale = random_tensor({c}, 2);
+  std::unique_ptr<OneNode> node;
+  if (grad)
+    node = std::make_unique<OneNode>("com.onnx-mirror", "BatchNormTrainingGrad", AttributeMap(),
+                                     std::vector<Tensor>{random_tensor({batch, c, hw, hw}, 6), x, scale},
+                                     std::vector<bool>{true, true, true});
+  else
+    node = std::make_unique<OneNode>("com.onnx-mirror", "BatchNormTraining", AttributeMap(),
+                                     std::vector<Tensor>{x, scale, random_tensor({c}, 3), random_tensor({c}, 4),
+                                                         random_tensor({c}, 5)},
+                                     std::vector<bool>{true, true, true, true, true});
+  node->run();
+  for (auto _ : st) node->run();
+  set_bytes(st, 4.0 * batch * c * hw * hw * (grad ? 3 : 2));
+}
+BENCHMARK_CAPTURE(BM_BatchNormTraining, mobilenet_96x32x32, 96, 32, false)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_BatchNormTraining, mobilenet_96x32x32_grad, 96, 32, true)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_BatchNormTraining, resnet_stem_64x16x16, 64, 16, false)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_BatchNormTraining, resnet_stem_64x16x16_grad, 64, 16, true)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void BM_Layer4Conv(benchmark::State& st) {
   const int64_t batch = st.range(0);
   OneNode node("", "Conv", layer4_attrs(),

@@ -74,20 +74,18 @@ class BatchNormTrainingKernel : public OpKernel {
     // Note [Normalising small maps] (norm/moments.h): the statistics row by row, and Y too.
     const bool columns = v.inner <= kSmallMap;
     const int64_t w = v.c * v.inner;
+    means_.resize(static_cast<size_t>(v.c));
+    vars_.resize(static_cast<size_t>(v.c));
     if (columns) {
-      means_.resize(static_cast<size_t>(v.c));
-      vars_.resize(static_cast<size_t>(v.c));
       small_map_moments(px, v.n, v.c, v.inner, means_.data(), vars_.data(), work_);
       coef_.resize(static_cast<size_t>(2 * w));
+    } else {
+      // Note [Normalising in memory order] (norm/moments.h): the statistics, then Y, in x's order.
+      all_channel_moments(px, v.n, v.c, v.inner, means_.data(), vars_.data());
+      coef_.resize(static_cast<size_t>(2 * v.c));
     }
     for (int64_t ch = 0; ch < v.c; ++ch) {
-      double mean, var;
-      if (columns) {
-        mean = means_[static_cast<size_t>(ch)];
-        var = vars_[static_cast<size_t>(ch)];
-      } else {
-        channel_moments(px, v.n, v.c, v.inner, ch, mean, var);
-      }
+      const double mean = means_[static_cast<size_t>(ch)], var = vars_[static_cast<size_t>(ch)];
       const double inv = 1.0 / std::sqrt(var + epsilon_);
       if (rm_new) rm_new[ch] = static_cast<T>(rm[ch] * m + mean * (1.0 - m));
       if (rv_new) rv_new[ch] = static_cast<T>(rv[ch] * m + var * count / (count - 1.0) * (1.0 - m));
@@ -98,14 +96,20 @@ class BatchNormTrainingKernel : public OpKernel {
       if (columns) {
         std::fill(coef_.begin() + ch * v.inner, coef_.begin() + (ch + 1) * v.inner, static_cast<double>(a));
         std::fill(coef_.begin() + w + ch * v.inner, coef_.begin() + w + (ch + 1) * v.inner, static_cast<double>(b));
-        continue;
-      }
-      for (int64_t bi = 0; bi < v.n; ++bi) {
-        const int64_t off = (bi * v.c + ch) * v.inner;
-        for (int64_t i = 0; i < v.inner; ++i) y[off + i] = px[off + i] * a + b;
+      } else {
+        coef_[static_cast<size_t>(ch)] = static_cast<double>(a);
+        coef_[static_cast<size_t>(v.c + ch)] = static_cast<double>(b);
       }
     }
-    if (!columns) return;
+    if (!columns) {
+      for (int64_t bi = 0; bi < v.n; ++bi)
+        for (int64_t ch = 0; ch < v.c; ++ch) {
+          const int64_t off = (bi * v.c + ch) * v.inner;
+          const T a = static_cast<T>(coef_[static_cast<size_t>(ch)]), b = static_cast<T>(coef_[static_cast<size_t>(v.c + ch)]);
+          for (int64_t i = 0; i < v.inner; ++i) y[off + i] = px[off + i] * a + b;
+        }
+      return;
+    }
     const double *ca = coef_.data(), *cb = coef_.data() + w;
     for (int64_t bi = 0; bi < v.n; ++bi) {
       const T* r = px + bi * w;
@@ -153,41 +157,40 @@ class BatchNormTrainingGradKernel : public OpKernel {
     if (v.inner <= kSmallMap)
       return small_map<T>(dy, px, scale, saved ? sm->data<T>() : nullptr, saved ? si->data<T>() : nullptr, v, dx,
                           dscale, db);
-    for (int64_t ch = 0; ch < v.c; ++ch) {
-      double mean, inv;
-      if (saved) {
-        mean = static_cast<double>(sm->data<T>()[ch]);
-        inv = static_cast<double>(si->data<T>()[ch]);
-      } else {
-        double var;
-        channel_moments(px, v.n, v.c, v.inner, ch, mean, var);
-        inv = 1.0 / std::sqrt(var + epsilon_);
+    // Note [Normalising in memory order] (norm/moments.h): the sums, then dX, in x's order.
+    const size_t c = static_cast<size_t>(v.c);
+    mean_.resize(c);
+    inv_.resize(c);
+    if (saved) {
+      for (size_t ch = 0; ch < c; ++ch) {
+        mean_[ch] = static_cast<double>(sm->data<T>()[ch]);
+        inv_[ch] = static_cast<double>(si->data<T>()[ch]);
       }
-      double sum_dy = 0.0, sum_dy_xmu = 0.0;
-      for (int64_t bi = 0; bi < v.n; ++bi) {
-        const int64_t off = (bi * v.c + ch) * v.inner;
-#pragma omp simd reduction(+ : sum_dy, sum_dy_xmu)
-        for (int64_t i = 0; i < v.inner; ++i) {
-          const double g = static_cast<double>(dy[off + i]);
-          sum_dy += g;
-          sum_dy_xmu += g * (static_cast<double>(px[off + i]) - mean);
-        }
-      }
-      if (db) db[ch] = static_cast<T>(sum_dy);
-      if (dscale) dscale[ch] = static_cast<T>(sum_dy_xmu * inv);
-      if (!dx || count == 0) continue;
+    } else {
+      all_channel_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data());
+      for (size_t ch = 0; ch < c; ++ch) inv_[ch] = 1.0 / std::sqrt(inv_[ch] + epsilon_);
+    }
+    work_.resize(5 * c);
+    double *sum_dy = work_.data(), *sum_dy_xmu = sum_dy + c, *ka = sum_dy_xmu + c, *k1 = ka + c, *k2 = k1 + c;
+    all_channel_grad_sums(dy, px, v.n, v.c, v.inner, mean_.data(), sum_dy, sum_dy_xmu);
+    for (size_t ch = 0; ch < c; ++ch) {
+      const double inv = inv_[ch];
+      if (db) db[ch] = static_cast<T>(sum_dy[ch]);
+      if (dscale) dscale[ch] = static_cast<T>(sum_dy_xmu[ch] * inv);
       // dX = scale * inv * (dY - mean(dY) - (x - mean) * inv^2 * mean(dY * (x - mean))).
       const double k = static_cast<double>(scale[ch]) * inv;
-      const T a = static_cast<T>(k);
-      const T c1 = static_cast<T>(k * sum_dy / count);
-      const T c2 = static_cast<T>(k * inv * inv * sum_dy_xmu / count);
-      const T mu = static_cast<T>(mean);
-      for (int64_t bi = 0; bi < v.n; ++bi) {
-        const int64_t off = (bi * v.c + ch) * v.inner;
-        for (int64_t i = 0; i < v.inner; ++i)
-          dx[off + i] = dy[off + i] * a - c1 - (px[off + i] - mu) * c2;
-      }
+      ka[ch] = k;
+      k1[ch] = count > 0 ? k * sum_dy[ch] / count : 0.0;
+      k2[ch] = count > 0 ? k * inv * inv * sum_dy_xmu[ch] / count : 0.0;
     }
+    if (!dx || count == 0) return;
+    for (int64_t bi = 0; bi < v.n; ++bi)
+      for (size_t ch = 0; ch < c; ++ch) {
+        const int64_t off = (bi * v.c + static_cast<int64_t>(ch)) * v.inner;
+        const T a = static_cast<T>(ka[ch]), c1 = static_cast<T>(k1[ch]), c2 = static_cast<T>(k2[ch]);
+        const T mu = static_cast<T>(mean_[ch]);
+        for (int64_t i = 0; i < v.inner; ++i) dx[off + i] = dy[off + i] * a - c1 - (px[off + i] - mu) * c2;
+      }
   }
 
   // Note [Normalising small maps] (norm/moments.h): the same sums and dX, row by row with
