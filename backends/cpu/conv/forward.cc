@@ -104,19 +104,17 @@ class ConvKernel : public OpKernel {
         return;
       }
       // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h).
-      const DenseMap dm = dense_map(x.shape(), w.shape(), out, s, d, pb, grp);
+      const DenseMap& dm = dense_.get(x.shape(), w.shape(), out, s, d, pb, grp);
       if (dm.active) {
-        // Constant weights (inference) are expanded once per geometry, as the oneDNN path
-        // reorders them once.
-        std::vector<int32_t> geometry = dm.tap;
-        geometry.push_back(static_cast<int32_t>(dm.in_size));
-        if (constant_weights_ && expanded_from_ == w.raw() && expanded_geometry_ == geometry) {
+        // Constant weights (inference) are expanded once per map, as the oneDNN path reorders
+        // them once.
+        if (constant_weights_ && expanded_from_ == w.raw() && expanded_for_ == dense_.made) {
           dense_forward(dm, x, expanded_w_, b, y);
         } else {
           const Tensor wx = expanded_weights(dm, w, expanded_w_, info_.precision);
           const bool own = constant_weights_ && wx.raw() == expanded_w_.raw();
           expanded_from_ = own ? w.raw() : nullptr;
-          expanded_geometry_ = own ? geometry : std::vector<int32_t>();
+          expanded_for_ = dense_.made;
           dense_forward(dm, x, wx, b, y);
         }
         return;
@@ -340,8 +338,9 @@ class ConvKernel : public OpKernel {
   ShapeCache<DnnlConv> cache_;
   Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding]), unless shared
   Tensor expanded_w_;  // Wx (Note [Convolutions on maps within the kernel's reach]), unless shared
-  const void* expanded_from_ = nullptr;    // the constant weights expanded_w_ holds, if any,
-  std::vector<int32_t> expanded_geometry_;  // and for which taps and input positions
+  DenseMapCache dense_;                  // Note [Convolutions on maps within the kernel's reach]
+  const void* expanded_from_ = nullptr;  // the constant weights expanded_w_ holds, if any,
+  int64_t expanded_for_ = 0;             // and for which of dense_'s maps
   std::vector<float> dense_yt_;  // its Y^T
 };
 

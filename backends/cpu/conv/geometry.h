@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -375,6 +376,7 @@ struct DenseMap {
   int64_t in_size = 0, out_size = 0;  // Pi, Po: positions per sample and channel
   int64_t channels = 0, taps = 0;     // C and K, W [M, C, K]
   std::vector<int32_t> tap;           // tap[o * Pi + i]: the tap joining output o to input i
+  std::string key;                    // names W's shape and the pairs: the shared Wx's key
 };
 
 inline DenseMap dense_map(const Shape& x, const Shape& w, const Shape& y, const std::vector<int64_t>& s,
@@ -427,8 +429,29 @@ inline DenseMap dense_map(const Shape& x, const Shape& w, const Shape& y, const 
       }
       dm.tap[static_cast<size_t>(o * pi + i)] = static_cast<int32_t>(tap);
     }
+  dm.key = "expanded " + shape_str(w) + " over " + std::to_string(po) + "x" + std::to_string(pi) + ":";
+  for (int32_t t : dm.tap) dm.key += std::to_string(t) + ",";
   return dm;
 }
+
+// A kernel's dense map, made again only when X's or W's shape changes (the attributes are
+// the kernel's own), so a step's calls find it made.
+struct DenseMapCache {
+  Shape x, w;
+  DenseMap map;
+  int64_t made = 0;  // how many maps were made: a change of map changes it
+
+  const DenseMap& get(const Shape& xs, const Shape& ws, const Shape& y, const std::vector<int64_t>& s,
+                      const std::vector<int64_t>& d, const std::vector<int64_t>& pb, int64_t group) {
+    if (made == 0 || xs != x || ws != w) {
+      map = dense_map(xs, ws, y, s, d, pb, group);
+      x = xs;
+      w = ws;
+      ++made;
+    }
+    return map;
+  }
+};
 
 // Wx [M*Po, C*Pi] from W [M, C, k...] (rows m0 .. m0+rows of W), T float, or uint16_t for
 // W and Wx in bfloat16 bits. PI is Pi where a specialisation has it (0: read from dm): with the
@@ -455,14 +478,20 @@ void expand_weights_pi(const DenseMap& dm, int64_t rows, const T* w, T* wx) {
   }
 }
 
+// f(std::integral_constant<int, PI>) with PI = Pi where a specialisation has it, else 0.
+template <class F>
+inline void with_pi(int64_t pi, F&& f) {
+  switch (pi) {
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 4: return f(std::integral_constant<int, 4>());
+    default: return f(std::integral_constant<int, 0>());
+  }
+}
+
 template <class T>
 inline void expand_weights(const DenseMap& dm, int64_t rows, const T* w, T* wx) {
-  switch (dm.in_size) {
-    case 1: return expand_weights_pi<1>(dm, rows, w, wx);
-    case 2: return expand_weights_pi<2>(dm, rows, w, wx);
-    case 4: return expand_weights_pi<4>(dm, rows, w, wx);
-    default: return expand_weights_pi<0>(dm, rows, w, wx);
-  }
+  with_pi(dm.in_size, [&](auto pi) { expand_weights_pi<decltype(pi)::value>(dm, rows, w, wx); });
 }
 
 // dW [M, C, k...] from G = dY^T X [M*Po, C*Pi]: each tap's sum over the pairs it joins,
@@ -491,12 +520,7 @@ void reduce_expanded_grad_pi(const DenseMap& dm, int64_t m, const float* g, floa
 }
 
 inline void reduce_expanded_grad(const DenseMap& dm, int64_t m, const float* g, float* dw) {
-  switch (dm.in_size) {
-    case 1: return reduce_expanded_grad_pi<1>(dm, m, g, dw);
-    case 2: return reduce_expanded_grad_pi<2>(dm, m, g, dw);
-    case 4: return reduce_expanded_grad_pi<4>(dm, m, g, dw);
-    default: return reduce_expanded_grad_pi<0>(dm, m, g, dw);
-  }
+  with_pi(dm.in_size, [&](auto pi) { reduce_expanded_grad_pi<decltype(pi)::value>(dm, m, g, dw); });
 }
 
 // Wx for W [M, C, k...] (dm.active), in float32 or, under bf16 math, already rounded to
@@ -520,9 +544,7 @@ inline Tensor expanded_weights(const DenseMap& dm, const Tensor& w, Tensor& own,
   };
   ParameterVersions& versions = ParameterVersions::get();
   if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
-    std::string key = std::string(bf16 ? "bf16 " : "") + "expanded " + shape_str(w.shape()) + " over " +
-                      std::to_string(dm.out_size) + "x" + std::to_string(dm.in_size) + ":";
-    for (int32_t t : dm.tap) key += std::to_string(t) + ",";
+    const std::string key = bf16 ? "bf16 " + dm.key : dm.key;
     const int parts = m % 4 == 0 ? 4 : m % 2 == 0 ? 2 : 1;
     const int64_t rows = m / parts;
     void* shared = versions.derived(w.raw(), v, key, static_cast<size_t>(shape_numel(shape)) * elem, parts,

@@ -192,7 +192,7 @@ class ConvGradKernel : public OpKernel {
     }
     // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h): dX = dY Wx,
     // G = dY^T X, dW from G.
-    const DenseMap dm = dense_map(x.shape(), w.shape(), out, s, d, pb, attrs_.group);
+    const DenseMap& dm = dense_.get(x.shape(), w.shape(), out, s, d, pb, attrs_.group);
     if (dm.active) {
       const int64_t n = x.dim(0), rows = m * dm.out_size, cols = x.dim(1) * dm.in_size;
       dnnl_set_num_threads(info_.num_threads);
@@ -427,7 +427,8 @@ class ConvGradKernel : public OpKernel {
   ShapeCache<ConvBackward> cache_;
   std::vector<float> col_, acc_;  // gemm_weight_grad's im2col columns and [dW | dB]
   Tensor cut_w_, cut_dw_;         // W's live taps and their gradient (Note [Taps that see only padding])
-  Tensor expanded_w_;             // Wx, unless shared (Note [Convolutions on maps within the kernel's reach])
+  DenseMapCache dense_;           // Note [Convolutions on maps within the kernel's reach]
+  Tensor expanded_w_;             // Wx, unless shared
   std::vector<float> expanded_dw_;  // G = dY^T X, which dW sums
 };
 

@@ -154,11 +154,10 @@ class BatchNormTrainingGradKernel : public OpKernel {
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
     const double count = static_cast<double>(v.n * v.inner);
-    if (v.inner <= kSmallMap)
-      return small_map<T>(dy, px, scale, saved ? sm->data<T>() : nullptr, saved ? si->data<T>() : nullptr, v, dx,
-                          dscale, db);
-    // Note [Normalising in memory order] (norm/moments.h): the sums, then dX, in x's order.
+    // The statistics, saved by the forward or made again: Note [Normalising small maps] row by
+    // row, Note [Normalising in memory order] (norm/moments.h) in x's order.
     const size_t c = static_cast<size_t>(v.c);
+    const bool columns = v.inner <= kSmallMap;
     mean_.resize(c);
     inv_.resize(c);
     if (saved) {
@@ -167,9 +166,14 @@ class BatchNormTrainingGradKernel : public OpKernel {
         inv_[ch] = static_cast<double>(si->data<T>()[ch]);
       }
     } else {
-      all_channel_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data());
+      if (columns)
+        small_map_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data(), work_);
+      else
+        all_channel_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data());
       for (size_t ch = 0; ch < c; ++ch) inv_[ch] = 1.0 / std::sqrt(inv_[ch] + epsilon_);
     }
+    if (columns) return small_map<T>(dy, px, scale, v, dx, dscale, db);
+    // The sums, then dX, in x's order.
     work_.resize(5 * c);
     double *sum_dy = work_.data(), *sum_dy_xmu = sum_dy + c, *ka = sum_dy_xmu + c, *k1 = ka + c, *k2 = k1 + c;
     all_channel_grad_sums(dy, px, v.n, v.c, v.inner, mean_.data(), sum_dy, sum_dy_xmu);
@@ -194,22 +198,10 @@ class BatchNormTrainingGradKernel : public OpKernel {
   }
 
   // Note [Normalising small maps] (norm/moments.h): the same sums and dX, row by row with
-  // per-column coefficients.
+  // per-column coefficients, from the statistics in mean_ and inv_.
   template <class T>
-  void small_map(const T* dy, const T* px, const T* scale, const T* saved_mean, const T* saved_inv,
-                 const ChannelView& v, T* dx, T* dscale, T* db) {
+  void small_map(const T* dy, const T* px, const T* scale, const ChannelView& v, T* dx, T* dscale, T* db) {
     const size_t c = static_cast<size_t>(v.c), inner = static_cast<size_t>(v.inner), w = c * inner;
-    mean_.resize(c);
-    inv_.resize(c);
-    if (saved_mean) {
-      for (size_t ch = 0; ch < c; ++ch) {
-        mean_[ch] = static_cast<double>(saved_mean[ch]);
-        inv_[ch] = static_cast<double>(saved_inv[ch]);
-      }
-    } else {
-      small_map_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data(), work_);
-      for (size_t ch = 0; ch < c; ++ch) inv_[ch] = 1.0 / std::sqrt(inv_[ch] + epsilon_);
-    }
     // Per column: the channel's mean, then the sums of dY and dY (x - mean).
     work_.resize(3 * w);
     double *col_mean = work_.data(), *sum_dy = col_mean + w, *sum_dy_xmu = sum_dy + w;
