@@ -210,6 +210,13 @@ const PoolCase kPoolCases[] = {
     {{2, 1, 10, 12}, {3, 2}, {2, 1}, {2, 0, 1, 1}, {2, 2}},
     {{1, 1, 5, 3}, {2, 2}, {1, 2}, {0, 0, 0, 0}, {1, 1}},
     {{1, 2, 4, 30}, {1, 5}, {1, 2}, {0, 2, 0, 2}, {1, 1}},
+    // Note [Separable max pooling] (backends/cpu/pool/separable.cc) takes these and the first
+    // two: a left edge (stride 2, 2 taps), a right edge (stride 1, 2 taps), rows of one output
+    // whose taps lie on both sides of the input, and rows of 32 outputs.
+    {{2, 3, 6, 12}, {2, 2}, {2, 2}, {1, 1, 0, 0}, {1, 1}},
+    {{1, 2, 5, 6}, {2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}},
+    {{3, 2, 2, 2}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    {{1, 2, 6, 64}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
 };
 
 // Note [Tap-major max pooling] (backends/cpu/pool/grad.cc): the general path routes like the

@@ -6,30 +6,20 @@ namespace omt::cpu {
 
 #ifdef OMT_AVX2_CLONES
 
-bool use_avx2_clones() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
-__attribute__((target("avx2,fma"))) void block_moments_avx2(const float* x, int64_t blocks, int64_t stride,
-                                                             int64_t len, double& mean, double& var) {
+OMT_AVX2_TARGET void block_moments_avx2(const float* x, int64_t blocks, int64_t stride, int64_t len, double& mean,
+                                        double& var) {
   block_moments_impl(x, blocks, stride, len, mean, var);
 }
 
-__attribute__((target("avx2,fma"))) void all_channel_moments_avx2(const float* x, int64_t n, int64_t c,
-                                                                   int64_t inner, double* mean, double* var) {
+OMT_AVX2_TARGET void all_channel_moments_avx2(const float* x, int64_t n, int64_t c, int64_t inner, double* mean,
+                                              double* var) {
   all_channel_moments_impl(x, n, c, inner, mean, var);
 }
 
-__attribute__((target("avx2,fma"))) void all_channel_grad_sums_avx2(const float* dy, const float* x, int64_t n,
-                                                                     int64_t c, int64_t inner, const double* mean,
-                                                                     double* sum_dy, double* sum_dy_xmu) {
+OMT_AVX2_TARGET void all_channel_grad_sums_avx2(const float* dy, const float* x, int64_t n, int64_t c, int64_t inner,
+                                                const double* mean, double* sum_dy, double* sum_dy_xmu) {
   all_channel_grad_sums_impl(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu);
 }
-
-#else
-
-bool use_avx2_clones() { return false; }
 
 #endif
 

@@ -7,23 +7,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/avx2_clones.h"
+
 namespace omt::cpu {
 
-// Note [AVX2 clones of the reductions]: the library builds for baseline x86-64 (SSE2), where
-// these double-precision sums run two lanes wide and convert two floats at a time. On CPUs
-// with AVX2 and FMA the float32 versions run as copies compiled for it (the same source,
-// inlined into a function with that target), chosen once at run time: MobileNetV2's largest
-// batch statistics (32 x 96 x 32x32) 2.6-3.1 -> 1.0-1.2 ms. The sums are the same sums, in
-// double, in another order (wider vectors of partial sums).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define OMT_AVX2_CLONES 1
-#define OMT_ALWAYS_INLINE __attribute__((always_inline)) inline
-#else
-#define OMT_ALWAYS_INLINE inline
-#endif
-
-// Whether this CPU runs the AVX2 clones (moments.cc).
-bool use_avx2_clones();
+// Note [AVX2 clones of the reductions]: at baseline x86-64 these double-precision sums run two
+// lanes wide and convert two floats at a time; the float32 versions also run as AVX2 clones
+// (Note [AVX2 clones] in backends/cpu/avx2_clones.h): MobileNetV2's largest batch statistics
+// (32 x 96 x 32x32) 2.6-3.1 -> 1.0-1.2 ms. The sums are the same sums, in double, in another
+// order (wider vectors of partial sums).
 
 // Mean and biased variance of `blocks` strided blocks: elements x[b * stride + i], i < len,
 // summed in double. `omp simd reduction` lets the compiler keep several double partial sums (a

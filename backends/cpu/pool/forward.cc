@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/pool/geometry.h"
+#include "backends/cpu/pool/separable.h"
 
 namespace omt::cpu {
 namespace {
@@ -123,18 +124,19 @@ void max_pool_rows(const PoolGeometry& g, int64_t planes, const T* x, T* y) {
   }
 }
 
+// 2x2 windows with stride 2 and no padding, without Indices (max_pool_2x2).
+bool two_by_two(const PoolAttrs& attrs, const PoolGeometry& g) {
+  return attrs.kernel.size() == 2 && attrs.kernel == std::vector<int64_t>{2, 2} &&
+         attrs.strides == std::vector<int64_t>{2, 2} && attrs.dilations == std::vector<int64_t>{1, 1} &&
+         g.out[1] * 2 <= g.in[1] && g.out[2] * 2 <= g.in[2] &&
+         (attrs.auto_pad == "VALID" ||
+          (attrs.auto_pad == "NOTSET" && attrs.pads == std::vector<int64_t>{0, 0, 0, 0}));
+}
+
 template <class T>
 void max_pool_any(const PoolAttrs& attrs, const PoolGeometry& g, int64_t planes, const T* x, T* y,
                   int64_t* indices, bool column_major) {
-  const size_t nsp = attrs.kernel.size();
-  const bool two_by_two = nsp == 2 && !indices && attrs.kernel == std::vector<int64_t>{2, 2} &&
-                          attrs.strides == std::vector<int64_t>{2, 2} &&
-                          attrs.dilations == std::vector<int64_t>{1, 1} &&
-                          g.out[1] * 2 <= g.in[1] && g.out[2] * 2 <= g.in[2] &&
-                          (attrs.auto_pad == "VALID" ||
-                           (attrs.auto_pad == "NOTSET" &&
-                            attrs.pads == std::vector<int64_t>{0, 0, 0, 0}));
-  if (two_by_two) max_pool_2x2(g, planes, x, y);
+  if (!indices && two_by_two(attrs, g)) max_pool_2x2(g, planes, x, y);
   else if (indices) max_pool_with_indices(g, planes, x, y, indices, column_major);
   else max_pool_rows(g, planes, x, y);
 }
@@ -184,6 +186,11 @@ class MaxPoolKernel : public OpKernel {
       ind = ctx.output(1, DType::kInt64, out).data<int64_t>();
     const int64_t planes = x.dim(0) * x.dim(1);
     using Types = DTypeList<DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8>;
+    // Note [Separable max pooling]; 2x2 windows with stride 2 and no padding take max_pool_2x2.
+    if (!ind && x.dtype() == DType::kFloat32 && !two_by_two(attrs_, g) && separable_max_pool(g, planes)) {
+      separable_max_pool(g, planes, x.data<float>(), y.data<float>(), scratch_);
+      return;
+    }
     dispatch_dtype(info_, Types{}, x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       max_pool_any(attrs_, g, planes, x.data<T>(), y.data<T>(), ind, column_major_);
@@ -194,6 +201,7 @@ class MaxPoolKernel : public OpKernel {
   KernelInfo info_;
   PoolAttrs attrs_;
   PoolGeometry geom_;  // reused across calls
+  SeparableScratch scratch_;
   bool column_major_ = false;
 };
 

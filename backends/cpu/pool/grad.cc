@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/pool/geometry.h"
+#include "backends/cpu/pool/separable.h"
 
 namespace omt::cpu {
 namespace {
@@ -212,6 +213,11 @@ class MaxPoolGradKernel : public OpKernel {
       else max_pool_grad_2x2<false>(x, dy, dx);
       return;
     }
+    if (x.dtype() == DType::kFloat32 && separable_max_pool(g, x.dim(0) * x.dim(1))) {  // Note [Separable max pooling]
+      separable_max_pool_grad(g, x.dim(0) * x.dim(1), x.data<float>(), dy.data<float>(), dx.data<float>(), relu_,
+                              separable_);
+      return;
+    }
     OMT_CHECK(g.in_size() < (int64_t{1} << 31), kUnsupported, info_.where(), ": X ", x.describe(),
               " has planes of 2^31 elements or more");
     OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()),
@@ -299,6 +305,7 @@ class MaxPoolGradKernel : public OpKernel {
   bool relu_;
   bool fast_2x2_ = false;
   RowScratch rows_;  // reused across calls
+  SeparableScratch separable_;
 };
 
 // AveragePoolGrad(dY, shape of X) -> dX.
