@@ -9,6 +9,8 @@
 #include <limits>
 
 #include "backends/backend.h"
+#include "backends/cpu/pool/geometry.h"
+#include "backends/cpu/pool/separable.h"
 #include "graph/fusion.h"
 #include "graph/gradient.h"
 #include "runtime/session.h"
@@ -288,6 +290,43 @@ TEST(MaxPool, TapMajorRowsTakeWhatEachWindowTakes) {
                                                    : reference_max_pool_2d<double>(x, ys, c.k, c.s, c.pads, c.d);
       EXPECT_TRUE(tensors_identical(run_graph(g, feeds), want));
     }
+}
+
+// Note [Separable max pooling] (backends/cpu/pool/separable.cc), called directly so that both
+// its baseline code and its AVX2 clone run (the kernels take the clone where the CPU has it):
+// the cases it takes route and take like the definitions, bit for bit.
+TEST(MaxPool, SeparableKernelsTakeWhatEachWindowTakesWithAndWithoutAvx2) {
+  int taken = 0;
+  for (const PoolCase& c : kPoolCases) {
+    cpu::PoolAttrs attrs;
+    attrs.auto_pad = "NOTSET";
+    attrs.kernel = c.k;
+    attrs.strides = c.s;
+    attrs.pads = c.pads;
+    attrs.dilations = c.d;
+    Shape ys;
+    cpu::PoolGeometry g;
+    attrs.geometry(c.xs, "test", ys, g);
+    const int64_t planes = c.xs[0] * c.xs[1];
+    if (!cpu::separable_max_pool(g, planes)) continue;
+    ++taken;
+    SCOPED_TRACE(::testing::Message() << "X " << shape_str(c.xs) << ", kernel " << shape_str(c.k));
+    const Tensor x = awkward_activations(c.xs, 12), dy = random_tensor(ys, 13);
+    for (bool avx2 : {false, true}) {
+      cpu::SeparableScratch scratch;
+      Tensor y = Tensor::empty(DType::kFloat32, ys);
+      cpu::separable_max_pool(g, planes, x.data<float>(), y.data<float>(), scratch, avx2);
+      EXPECT_TRUE(tensors_identical(y, reference_max_pool_2d<float>(x, ys, c.k, c.s, c.pads, c.d))) << avx2;
+      for (bool relu : {false, true}) {
+        Tensor dx = Tensor::empty(DType::kFloat32, c.xs);
+        cpu::separable_max_pool_grad(g, planes, x.data<float>(), dy.data<float>(), dx.data<float>(), relu, scratch,
+                                     avx2);
+        EXPECT_TRUE(tensors_identical(dx, reference_pool_grad_2d(x, dy, c.k, c.s, c.pads, c.d, relu)))
+            << "AVX2 " << avx2 << ", relu " << relu;
+      }
+    }
+  }
+  EXPECT_EQ(taken, 6);  // the stem, the stride-1 case and the four separable ones
 }
 
 // Windows holding several NaNs send their gradient to the last NaN (PyTorch's rule), on the

@@ -263,17 +263,18 @@ bool separable_max_pool(const PoolGeometry& g, int64_t planes) {
   return true;
 }
 
-void separable_max_pool(const PoolGeometry& g, int64_t planes, const float* x, float* y, SeparableScratch& s) {
+void separable_max_pool(const PoolGeometry& g, int64_t planes, const float* x, float* y, SeparableScratch& s,
+                        bool avx2) {
 #ifdef OMT_AVX2_CLONES
-  if (use_avx2_clones()) return max_pool_avx2(g, planes, x, y, s);
+  if (avx2 && use_avx2_clones()) return max_pool_avx2(g, planes, x, y, s);
 #endif
   max_pool_any(g, planes, x, y, s);
 }
 
 void separable_max_pool_grad(const PoolGeometry& g, int64_t planes, const float* x, const float* dy, float* dx,
-                             bool relu, SeparableScratch& s) {
+                             bool relu, SeparableScratch& s, bool avx2) {
 #ifdef OMT_AVX2_CLONES
-  if (use_avx2_clones()) return max_pool_grad_avx2(g, planes, x, dy, dx, relu, s);
+  if (avx2 && use_avx2_clones()) return max_pool_grad_avx2(g, planes, x, dy, dx, relu, s);
 #endif
   max_pool_grad_any(g, planes, x, dy, dx, relu, s);
 }

@@ -21,11 +21,13 @@ struct SeparableScratch {
 bool separable_max_pool(const PoolGeometry& g, int64_t planes);
 
 // Y of MaxPool without Indices: each window's maximum, NaN never taken (as max_pool_rows).
-void separable_max_pool(const PoolGeometry& g, int64_t planes, const float* x, float* y, SeparableScratch& s);
+// `avx2`: whether the AVX2 clones may run (Note [AVX2 clones]; tests run both).
+void separable_max_pool(const PoolGeometry& g, int64_t planes, const float* x, float* y, SeparableScratch& s,
+                        bool avx2 = true);
 
 // dX of MaxPoolGrad: each window's gradient to its first maximum or last NaN (as max_pool_grad);
 // with `relu`, only where X there is > 0 (MaxPoolReluGrad).
 void separable_max_pool_grad(const PoolGeometry& g, int64_t planes, const float* x, const float* dy, float* dx,
-                             bool relu, SeparableScratch& s);
+                             bool relu, SeparableScratch& s, bool avx2 = true);
 
 }  // namespace omt::cpu
