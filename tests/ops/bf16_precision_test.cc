@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "backends/cpu/dnnl_util.h"
 #include "tests/ops/kernel_check.h"
@@ -41,8 +42,10 @@ AttributeMap attrs_of(std::initializer_list<std::pair<const char*, Attribute>> k
 
 // Runs `op` in bf16 on `inputs`, and in float32 on them and on their bfloat16 roundings (the
 // inputs at `exact` stay as they are: a bias is added in float32); compares output by output.
+// `tolerance`: of the relative error against that reference (below).
 void expect_bf16_products(const std::string& op, const std::string& domain, const AttributeMap& attrs,
-                          const std::vector<Tensor>& inputs, int num_outputs, const std::vector<int>& exact = {}) {
+                          const std::vector<Tensor>& inputs, int num_outputs, const std::vector<int>& exact = {},
+                          double tolerance = 1e-4) {
   if (!cpu::dnnl_has_bf16()) GTEST_SKIP() << "oneDNN has no native bfloat16 here (" << cpu::dnnl_isa_name() << ")";
   std::vector<Tensor> as_bf16;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -67,7 +70,7 @@ void expect_bf16_products(const std::string& op, const std::string& domain, cons
       worst = std::max(worst, std::abs(b - r) / (1e-3 * largest + std::abs(r)));
       off_fp32 = std::max(off_fp32, std::abs(b - fp32[k].data<float>()[i]));
     }
-    EXPECT_LT(worst, 1e-4) << "bf16 is not float32 arithmetic on bfloat16-rounded operands";
+    EXPECT_LT(worst, tolerance) << "bf16 is not float32 arithmetic on bfloat16-rounded operands";
     EXPECT_GT(off_fp32, 1e-4) << "bf16 gave the float32 result: it did not round the operands";
   }
 }
@@ -88,6 +91,42 @@ TEST(Bf16Precision, ConvGradRoundsDyXAndW) {
   // dX and dW (dB, a float32 sum of dY, is not asked for).
   const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
   expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 2);
+}
+
+// Note [bf16 weight gradients by Winograd] (backends/cpu/conv/geometry.h): a 3x3 stride-1
+// convolution with channels in sixteens takes dW from oneDNN's float32 Winograd kernel on X
+// and dY rounded to bfloat16, and dX from the bfloat16 direct one. The float32 reference runs
+// Winograd for both, whose transforms are a few float32 roundings of the largest terms off a
+// direct sum (dX here: 1.6e-4 by this measure), so the bound is 1e-3: operands not rounded to
+// bfloat16 are off by about 1e-2 (2^-9 each).
+TEST(Bf16Precision, ConvGradOfWinogradShapes) {
+  const Tensor dy = random_tensor({2, 16, 8, 8}, 9), x = random_tensor({2, 32, 8, 8}, 10),
+               w = random_tensor({16, 32, 3, 3}, 11);
+  expect_bf16_products("ConvGrad", "com.onnx-mirror", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {dy, x, w}, 2, {},
+                       1e-3);
+}
+
+// round_to_bfloat16 (backends/cpu/dnnl_util.h), which that weight gradient's operands go
+// through: bit for bit what float_to_bfloat16 gives, on ties to even both ways, values that
+// round up into the exponent and to infinity, infinities, NaNs and denormals, at every length
+// (vector bodies and tails).
+TEST(Bf16Precision, RoundToBfloat16IsFloatToBfloat16) {
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu, 0x7f7fffffu, 0xff7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u, 0x7fbfffffu, 0x00000001u,
+                                0x80008000u, 0x00000000u, 0x80000000u, 0x4049000fu};
+  std::mt19937 gen(3);
+  for (int i = 0; i < 61; ++i) bits.push_back(gen());
+  for (size_t len = 1; len <= bits.size(); len += 7) {
+    std::vector<float> v(len);
+    std::memcpy(v.data(), bits.data(), len * sizeof(float));
+    cpu::round_to_bfloat16(v.data(), static_cast<int64_t>(len));
+    for (size_t i = 0; i < len; ++i) {
+      float f;
+      std::memcpy(&f, &bits[i], sizeof f);
+      const float want = bfloat16_to_float(float_to_bfloat16(f));
+      EXPECT_EQ(std::memcmp(&v[i], &want, sizeof f), 0) << std::hex << bits[i] << " at length " << std::dec << len;
+    }
+  }
 }
 
 // Note [Convolutions that are fully connected layers]: ResNet-18's layer4 geometry (a 3x3

@@ -142,7 +142,8 @@ class ConvKernel : public OpKernel {
                   const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
     // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
     // refusal as kUnsupported), else direct.
-    if (winograd_candidate(w.shape(), out, s, d, attrs_.group, info_.precision) && dnnl_has_avx512() &&
+    if (info_.precision == MathPrecision::kFloat32 && winograd_candidate(w.shape(), out, s, d, attrs_.group) &&
+        dnnl_has_avx512() &&
         out[0] * out[2] * out[3] >= kWinogradForwardPositions) {
       try {
         return create(dnnl::algorithm::convolution_winograd, x, w, has_bias, out, s, d, pb, pe);

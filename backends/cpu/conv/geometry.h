@@ -51,7 +51,8 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // weights. Its error is that of the transforms, a few float32 roundings more than the direct
 // sum's. So a float32 3x3 convolution with stride and dilation 1, one group, channels in
 // sixteens and output maps of at least 4x4 asks for it (oneDNN refuses below AVX-512, and
-// then the direct kernel runs). bfloat16 has no Winograd kernel: under bf16 the direct one runs.
+// then the direct kernel runs). bfloat16 has no Winograd kernel: under bf16 the direct one runs,
+// except for the weight gradient (Note [bf16 weight gradients by Winograd]).
 // The forward reads its weights transformed, and oneDNN's reorder into that layout is a
 // reference loop (wino_reorder: 5.5 ms for 128x128x3x3, 1.5 ms for 64x64x3x3, once a step),
 // which costs more than the forward saves on ResNet-18's small maps (layer1 at batch 32:
@@ -60,9 +61,22 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // blocked weights and ask for it always.
 constexpr int64_t kWinogradForwardPositions = 8192;
 
+// Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
+// its float32 one computes a 3x3 stride-1 weight gradient faster than its bfloat16 direct one
+// does (one thread: ResNet-18's layer1, 64 -> 64 on 8x8 at batch 64, 1.21 against 1.67 ms;
+// layer2, 128 on 4x4, 1.01 against 1.34; the models/ CNN's conv2 at batch 128 2.33 against
+// 3.35). So under bf16 a Winograd candidate's weight gradient runs the float32 Winograd
+// kernel on X and dY rounded to bfloat16 after their reorders (round_to_bfloat16 in
+// dnnl_util.h): the products of bfloat16 operands, in float32, as the direct kernel makes
+// them; only the summation differs, by Winograd's transforms. Its data gradient stays on the
+// bfloat16 direct kernel, faster on 4x4 maps (0.90 against 1.08 ms) and on the CNN's
+// unpadded conv2 (2.68 against 4.72), level elsewhere, and so does the forward, whose
+// Winograd weights cost a reference reorder a step. ResNet-18 bf16, 5 interleaved pairs: 1
+// replica 76.0 -> 75.1 ms a step, 2 replicas 44.9 -> 43.9; the CNN's 2 replicas 20.5 -> 20.0.
+
 inline bool winograd_candidate(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
-                               const std::vector<int64_t>& d, int64_t group, MathPrecision precision) {
-  if (precision != MathPrecision::kFloat32 || group != 1 || w.size() != 4) return false;
+                               const std::vector<int64_t>& d, int64_t group) {
+  if (group != 1 || w.size() != 4) return false;
   return w[2] == 3 && w[3] == 3 && s[0] == 1 && s[1] == 1 && d[0] == 1 && d[1] == 1 && w[0] % 16 == 0 &&
          w[1] % 16 == 0 && out[2] >= 4 && out[3] >= 4;
 }

@@ -15,15 +15,19 @@ namespace {
 
 // A primitive argument in the primitive's preferred layout, reordered from/to the plain
 // layout of the tensor that holds it when the two differ.
+// An input can also be rounded to bfloat16 in place after its reorder (`round_bf16`: Note
+// [bf16 weight gradients by Winograd]).
 struct Port {
   dnnl::memory user, mem;
   dnnl::reorder reorder;
-  bool needs_reorder = false;
+  bool needs_reorder = false, round_bf16 = false;
 
-  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input) {
+  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input,
+            bool round = false) {
     dnnl::engine& eng = dnnl_engine();
     user = dnnl::memory(user_md, eng, nullptr);
-    needs_reorder = prim_md != user_md;
+    round_bf16 = round;
+    needs_reorder = round || prim_md != user_md;
     if (!needs_reorder) return;
     mem = dnnl::memory(prim_md, eng);
     reorder = input ? dnnl::reorder(user, mem) : dnnl::reorder(mem, user);
@@ -34,7 +38,13 @@ struct Port {
     return needs_reorder ? mem : user;
   }
   void pull(dnnl::stream& st) {
-    if (needs_reorder) reorder.execute(st, user, mem);
+    if (!needs_reorder) return;
+    reorder.execute(st, user, mem);
+    if (round_bf16) {
+      st.wait();
+      round_to_bfloat16(static_cast<float*>(mem.get_data_handle()),
+                        static_cast<int64_t>(mem.get_desc().get_size() / sizeof(float)));
+    }
   }
   void push(dnnl::stream& st) {
     if (needs_reorder) reorder.execute(st, mem, user);
@@ -293,23 +303,35 @@ class ConvGradKernel : public OpKernel {
     }
   }
 
+  // How a pass computes: oneDNN's algorithm, the operands' precision, and whether float32
+  // operands are rounded to bfloat16 first (Note [bf16 weight gradients by Winograd]).
+  struct PassMath {
+    dnnl::algorithm alg = dnnl::algorithm::convolution_direct;
+    MathPrecision precision = MathPrecision::kFloat32;
+    bool round_bf16 = false;
+  };
+
   ConvBackward create(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                       const std::vector<int64_t>& d, const std::vector<int64_t>& pb, const std::vector<int64_t>& pe,
                       bool want_dx, bool want_dw) const {
+    const PassMath direct{dnnl::algorithm::convolution_direct, info_.precision, false};
     // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
-    // refusal as kUnsupported), else direct.
-    if (winograd_candidate(w, out, s, d, attrs_.group, info_.precision) && dnnl_has_avx512()) {
+    // refusal as kUnsupported), else direct. Under bf16 the weight gradient takes it too, on
+    // operands rounded to bfloat16 (Note [bf16 weight gradients by Winograd]).
+    if (winograd_candidate(w, out, s, d, attrs_.group) && dnnl_has_avx512()) {
+      const bool bf16 = info_.precision != MathPrecision::kFloat32;
+      const PassMath wino{dnnl::algorithm::convolution_winograd, MathPrecision::kFloat32, bf16};
       try {
-        return create(dnnl::algorithm::convolution_winograd, x, w, out, s, d, pb, pe, want_dx, want_dw);
+        return create(bf16 ? direct : wino, wino, x, w, out, s, d, pb, pe, want_dx, want_dw);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kUnsupported) throw;
       }
     }
-    return create(dnnl::algorithm::convolution_direct, x, w, out, s, d, pb, pe, want_dx, want_dw);
+    return create(direct, direct, x, w, out, s, d, pb, pe, want_dx, want_dw);
   }
 
-  ConvBackward create(dnnl::algorithm alg, const Shape& x, const Shape& w, const Shape& out,
-                      const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+  ConvBackward create(const PassMath& data_math, const PassMath& weights_math, const Shape& x, const Shape& w,
+                      const Shape& out, const std::vector<int64_t>& s, const std::vector<int64_t>& d,
                       const std::vector<int64_t>& pb, const std::vector<int64_t>& pe, bool want_dx,
                       bool want_dw) const {
     return dnnl_try(info_.where(), "convolution backward primitives", [&] {
@@ -331,23 +353,30 @@ class ConvGradKernel : public OpKernel {
       const md any_x = plain ? user_x : md(dnnl_dims(x), f32, any),
                any_w = plain ? user_w : md(dnnl_dims(wshape), f32, any),
                any_y = plain ? user_y : md(dnnl_dims(out), f32, any);
-      // Note [Math precision]: under bf16 the primitives read X, W and dY as bfloat16 and
-      // write dX and dW in float32.
-      const auto in_type = math_type(info_.precision);
-      const md in_x = plain ? user_x : md(dnnl_dims(x), in_type, any),
-               in_w = plain ? user_w : md(dnnl_dims(wshape), in_type, any),
-               in_y = plain ? user_y : md(dnnl_dims(out), in_type, any);
       dnnl::memory::dims dil;
       for (int64_t v : d) dil.push_back(v - 1);
       dnnl::engine& eng = dnnl_engine();
-      const dnnl::convolution_forward::primitive_desc hint(
-          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, in_x, in_w, any_y, s, dil, pb, pe),
-          eng);
+      // A pass's operands X, W and dY: under bf16 (Note [Math precision]) the primitives read
+      // them as bfloat16 and write dX and dW in float32. And the forward that hints its layouts.
+      struct Operands {
+        md x, w, y;
+        dnnl::convolution_forward::primitive_desc hint;
+      };
+      auto operands = [&](const PassMath& pm) {
+        const auto type = math_type(pm.precision);
+        Operands o{plain ? user_x : md(dnnl_dims(x), type, any), plain ? user_w : md(dnnl_dims(wshape), type, any),
+                   plain ? user_y : md(dnnl_dims(out), type, any), {}};
+        o.hint = dnnl::convolution_forward::primitive_desc(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, pm.alg, o.x, o.w, any_y, s, dil, pb, pe),
+            eng);
+        return o;
+      };
       ConvBackward e;
       if (want_dx) {
+        const Operands in = operands(data_math);
         const dnnl::convolution_backward_data::primitive_desc pd(
-            dnnl::convolution_backward_data::desc(alg, any_x, in_w, in_y, s, dil, pb, pe),
-            user_scratchpad_attr(), eng, hint);
+            dnnl::convolution_backward_data::desc(data_math.alg, any_x, in.w, in.y, s, dil, pb, pe),
+            user_scratchpad_attr(), eng, in.hint);
         e.data_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.data = dnnl::convolution_backward_data(pd);
         e.data_dy.init(user_y, pd.diff_dst_desc(), true);
@@ -360,9 +389,10 @@ class ConvGradKernel : public OpKernel {
         e.has_data = true;
       }
       if (want_dw) {
+        const Operands in = operands(weights_math);
         const dnnl::convolution_backward_weights::primitive_desc pd(
-            dnnl::convolution_backward_weights::desc(alg, in_x, any_w, in_y, s, dil, pb, pe),
-            user_scratchpad_attr(), eng, hint);
+            dnnl::convolution_backward_weights::desc(weights_math.alg, in.x, any_w, in.y, s, dil, pb, pe),
+            user_scratchpad_attr(), eng, in.hint);
         // Note [Depthwise weight gradients]: one filter per channel, 2-D, float32, and oneDNN
         // fell back to its gemm convolution.
         if (attrs_.group > 1 && attrs_.group == x[1] && w[0] == attrs_.group && x.size() == 4 &&
@@ -377,11 +407,11 @@ class ConvGradKernel : public OpKernel {
         }
         e.wei_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
         e.weights = dnnl::convolution_backward_weights(pd);
-        e.wei_dy.init(user_y, pd.diff_dst_desc(), true);
-        e.wei_x.init(user_x, pd.src_desc(), true);
+        e.wei_dy.init(user_y, pd.diff_dst_desc(), true, weights_math.round_bf16);
+        e.wei_x.init(user_x, pd.src_desc(), true, weights_math.round_bf16);
         e.wei_dw.init(user_w, pd.diff_weights_desc(), false);
         e.has_weights = true;
-        e.shared_dy = e.has_data && e.data_dy.needs_reorder && e.wei_dy.needs_reorder &&
+        e.shared_dy = e.has_data && e.data_dy.needs_reorder && e.wei_dy.needs_reorder && !weights_math.round_bf16 &&
                       pd.diff_dst_desc() == e.data_dy.mem.get_desc();
       }
       return e;
