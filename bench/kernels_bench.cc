@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/dnnl_util.h"
 #include "collectives/factory.h"
 #include "collectives/rendezvous/store.h"
 
@@ -373,6 +374,45 @@ void BM_Layer4ConvGrad(benchmark::State& st) {
   set_bytes(st, 2 * 4.0 * 512 * 512 * 9);  // W read whole, dW written whole
 }
 BENCHMARK(BM_Layer4ConvGrad)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Note [Winograd weights] (backends/cpu/dnnl_util.h): the float32 Winograd forward's weights
+// for ResNet-18's layer1 (64x64x3x3, batch 32) and layer2 (128x128x3x3, batch 64), by oneDNN's
+// reorder (arg 0) and by WinogradWeights (arg 1).
+void BM_WinogradWeights(benchmark::State& st) {
+  const int64_t ch = st.range(0), batch = st.range(1), hw = ch == 64 ? 8 : 4;
+  using md = dnnl::memory::desc;
+  using tag = dnnl::memory::format_tag;
+  const auto f32 = dnnl::memory::data_type::f32;
+  const md plain({ch, ch, 3, 3}, f32, tag::oihw);
+  md to;
+  try {
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd, md({batch, ch, hw, hw}, f32, tag::any),
+        md({ch, ch, 3, 3}, f32, tag::any), md(), md({batch, ch, hw, hw}, f32, tag::any), {1, 1}, {1, 1}, {1, 1});
+    to = dnnl::convolution_forward::primitive_desc(desc, cpu::dnnl_engine()).weights_desc();
+  } catch (const dnnl::error&) {
+    st.SkipWithError("no float32 Winograd kernel here");
+    return;
+  }
+  dnnl::memory user(plain, cpu::dnnl_engine()), out(to, cpu::dnnl_engine());
+  dnnl::stream& s = cpu::dnnl_stream();
+  const auto ours = st.range(2) ? cpu::WinogradWeights::make(plain, to) : nullptr;
+  if (st.range(2) && !ours) {
+    st.SkipWithError("no map learned");
+    return;
+  }
+  dnnl::reorder theirs(user, out);
+  for (auto _ : st) {
+    if (ours) {
+      ours->run(s, user, out);
+    } else {
+      theirs.execute(s, user, out);
+      s.wait();
+    }
+  }
+}
+BENCHMARK(BM_WinogradWeights)->Args({64, 32, 0})->Args({64, 32, 1})->Args({128, 64, 0})->Args({128, 64, 1})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // ---- gradient reduction ---------------------------------------------------------------------
 

@@ -2,7 +2,10 @@
 #include "backends/cpu/dnnl_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "backends/cpu/avx2_clones.h"
 #include "common/parameter_versions.h"
@@ -183,10 +186,6 @@ Bf16WeightPack::Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memo
   out_i_ = tb.strides[1];
   out_hw_ = tb.strides[3];
   out_a_ = tb.strides[0];
-}
-
-void Bf16WeightPack::run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out) {
-  for (int i = 0; i < parts(); ++i) run_part(st, user.get_data_handle(), out.get_data_handle(), i);
 }
 
 void Bf16WeightPack::run_part(dnnl::stream& st, const void* w, void* out, int part) {
@@ -404,12 +403,179 @@ void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double a
 }
 
 
+// ---- Note [Winograd weights] -------------------------------------------------------------
+
+std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::memory::desc& plain,
+                                                                   const dnnl::memory::desc& to) {
+  const dnnl_memory_desc_t& pd = plain.data;
+  auto map = std::make_shared<Map>();
+  map->oc = pd.dims[0];
+  map->ic = pd.dims[1];
+  map->taps = pd.dims[2] * pd.dims[3];
+  const int64_t pairs = map->oc * map->ic, taps = map->taps, outs = static_cast<int64_t>(to.get_size() / sizeof(float));
+  if (pairs >= (int64_t{1} << 24) || outs > 64 * pairs) return nullptr;  // 64 rows of U index in int32
+  dnnl::engine& eng = dnnl_engine();
+  dnnl::stream& st = dnnl_stream();
+  dnnl::memory src(plain, eng), dst(to, eng);
+  dnnl::reorder reorder(src, dst);
+  float* g = static_cast<float*>(src.get_data_handle());
+  const float* out = static_cast<const float*>(dst.get_data_handle());
+  // Probes: tap t of every pair at 1 (each output's row entry t), then at pair + 1.
+  std::vector<std::vector<float>> ones(static_cast<size_t>(taps)), codes(static_cast<size_t>(taps));
+  for (int64_t t = 0; t < taps; ++t)
+    for (int code = 0; code < 2; ++code) {
+      for (int64_t q = 0; q < pairs; ++q)
+        for (int64_t k = 0; k < taps; ++k) g[q * taps + k] = k != t ? 0.0f : code ? static_cast<float>(q + 1) : 1.0f;
+      reorder.execute(st, src, dst);
+      st.wait();
+      (code ? codes : ones)[static_cast<size_t>(t)].assign(out, out + outs);
+    }
+  std::vector<int64_t> row_of(static_cast<size_t>(outs), -1), pair_of(static_cast<size_t>(outs), -1);
+  std::vector<float> row(static_cast<size_t>(taps));
+  for (int64_t p = 0; p < outs; ++p) {
+    const size_t pz = static_cast<size_t>(p);
+    int64_t best = -1;
+    for (int64_t t = 0; t < taps; ++t) {
+      const float v = ones[static_cast<size_t>(t)][pz];
+      row[static_cast<size_t>(t)] = v;
+      if (v != 0.0f && (best < 0 || std::abs(v) > std::abs(row[static_cast<size_t>(best)]))) best = t;
+    }
+    if (best < 0) {  // padding: no pair reaches it
+      for (int64_t t = 0; t < taps; ++t)
+        if (codes[static_cast<size_t>(t)][pz] != 0.0f) return nullptr;
+      continue;
+    }
+    const double pair =
+        std::nearbyint(double(codes[static_cast<size_t>(best)][pz]) / double(row[static_cast<size_t>(best)])) - 1;
+    if (!(pair >= 0 && pair < static_cast<double>(pairs))) return nullptr;
+    size_t r = 0;
+    const size_t rows = map->rows.size() / static_cast<size_t>(taps);
+    while (r < rows && !std::equal(row.begin(), row.end(), map->rows.begin() + static_cast<std::ptrdiff_t>(r) * taps))
+      ++r;
+    if (r == rows) {
+      if (rows == 64) return nullptr;  // not the few rows of a Winograd transform
+      map->rows.insert(map->rows.end(), row.begin(), row.end());
+    }
+    row_of[pz] = static_cast<int64_t>(r);
+    pair_of[pz] = static_cast<int64_t>(pair);
+  }
+  // U's pairs in the order the layout walks them: (input, output channel) when consecutive
+  // outputs step through output channels more often than through input channels.
+  int64_t by_output = 0, by_input = 0;
+  for (int64_t p = 1; p < outs; ++p) {
+    const int64_t step = pair_of[static_cast<size_t>(p)] - pair_of[static_cast<size_t>(p - 1)];
+    by_output += step == map->ic;
+    by_input += step == 1;
+  }
+  map->input_major = by_output > by_input;
+  // Rows of U and of the kernels a line apart from a multiple of 4 KB, so that the passes
+  // over several of them do not fight over the same cache sets.
+  map->pitch = (pairs + 15) / 16 * 16 + ((pairs + 15) / 16 * 16 % 1024 == 0 ? 16 : 0);
+  const int64_t nrows = static_cast<int64_t>(map->rows.size()) / taps;
+  map->index.assign(static_cast<size_t>(outs), static_cast<int32_t>(nrows * map->pitch));  // padding: U's zero
+  for (int64_t p = 0; p < outs; ++p) {
+    const int64_t q = pair_of[static_cast<size_t>(p)];
+    if (q < 0) continue;
+    const int64_t in_u = map->input_major ? (q % map->ic) * map->oc + q / map->ic : q;
+    map->index[static_cast<size_t>(p)] = static_cast<int32_t>(row_of[static_cast<size_t>(p)] * map->pitch + in_u);
+  }
+  // Check: random weights, the map against oneDNN's reorder.
+  uint32_t state = 12345;
+  for (int64_t i = 0; i < pairs * taps; ++i) {
+    state = state * 1664525u + 1013904223u;
+    g[i] = static_cast<float>(state >> 8) / 16777216.0f - 0.5f;
+  }
+  reorder.execute(st, src, dst);
+  st.wait();
+  std::vector<float> mine(static_cast<size_t>(outs));
+  WinogradWeights check(map);
+  check.run_part(st, g, mine.data(), 0);
+  float largest = 0, worst = 0;
+  for (int64_t p = 0; p < outs; ++p) {
+    largest = std::max(largest, std::abs(out[p]));
+    worst = std::max(worst, std::abs(out[p] - mine[static_cast<size_t>(p)]));
+  }
+  if (!(worst <= 1e-5f * largest)) return nullptr;
+  return map;
+}
+
+std::shared_ptr<WinogradWeights> WinogradWeights::make(const dnnl::memory::desc& plain,
+                                                       const dnnl::memory::desc& to) {
+  const dnnl_memory_desc_t& pd = plain.data;
+  if (to.data.format_kind != dnnl_format_kind_wino || pd.ndims != 4 ||
+      plain != dnnl::memory::desc(plain.dims(), dnnl::memory::data_type::f32, dnnl::memory::format_tag::oihw))
+    return nullptr;
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Map>> learned;  // by the two layouts' keys
+  const std::string key = layout_key(plain.data) + " -> " + layout_key(to.data);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = learned.find(key);
+  if (it == learned.end()) it = learned.emplace(key, learn(plain, to)).first;
+  if (!it->second) return nullptr;
+  return std::shared_ptr<WinogradWeights>(new WinogradWeights(it->second));
+}
+
+namespace {
+
+// Note [Winograd weights]: the weights as [taps][pairs] in U's pair order (walking the pairs
+// in that order, so the stores run along), U[r][q] = rows[r] . kernels[.][q] a vectorised pass
+// per tap, and the layout gathered from U.
+OMT_ALWAYS_INLINE void winograd_weights_impl(const WinogradWeights::Map& m, const float* __restrict g,
+                                             float* __restrict kernels, float* __restrict u, float* __restrict out) {
+  const int64_t pitch = m.pitch, taps = m.taps, nrows = static_cast<int64_t>(m.rows.size()) / taps;
+  const int64_t outer = m.input_major ? m.ic : m.oc, inner = m.input_major ? m.oc : m.ic;
+  for (int64_t a = 0; a < outer; ++a)
+    for (int64_t b = 0; b < inner; ++b) {
+      const int64_t q = a * inner + b;
+      const float* src = g + (m.input_major ? b * m.ic + a : a * m.ic + b) * taps;
+      for (int64_t t = 0; t < taps; ++t) kernels[t * pitch + q] = src[t];
+    }
+  const int64_t pairs = m.oc * m.ic;
+  for (int64_t r = 0; r < nrows; ++r) {
+    float* __restrict ur = u + r * pitch;
+    std::fill(ur, ur + pairs, 0.0f);
+    for (int64_t t = 0; t < taps; ++t) {
+      const float c = m.rows[static_cast<size_t>(r * taps + t)];
+      if (c == 0.0f) continue;
+      const float* __restrict kt = kernels + t * pitch;
+      for (int64_t q = 0; q < pairs; ++q) ur[q] += c * kt[q];
+    }
+  }
+  u[nrows * pitch] = 0.0f;  // what padding reads
+  const int32_t* __restrict index = m.index.data();
+  const int64_t outs = static_cast<int64_t>(m.index.size());
+  for (int64_t p = 0; p < outs; ++p) out[p] = u[index[p]];
+}
+
+#ifdef OMT_AVX2_CLONES
+OMT_AVX2_TARGET void winograd_weights_avx2(const WinogradWeights::Map& m, const float* g, float* kernels, float* u,
+                                           float* out) {
+  winograd_weights_impl(m, g, kernels, u, out);
+}
+#endif
+
+}  // namespace
+
+void WinogradWeights::run_part(dnnl::stream&, const void* weights, void* out, int) {
+  const Map& m = *map_;
+  const int64_t rows = static_cast<int64_t>(m.rows.size()) / m.taps;
+  kernels_.resize(static_cast<size_t>(m.taps * m.pitch));
+  products_.resize(static_cast<size_t>(rows * m.pitch + 1));
+  const float* g = static_cast<const float*>(weights);
+  float* o = static_cast<float*>(out);
+#ifdef OMT_AVX2_CLONES
+  if (use_avx2_clones()) return winograd_weights_avx2(m, g, kernels_.data(), products_.data(), o);
+#endif
+  winograd_weights_impl(m, g, kernels_.data(), products_.data(), o);
+}
+
 SharedWeightReorder::SharedWeightReorder(const dnnl::memory::desc& plain, const dnnl::memory::desc& to)
     : key_("reorder " + layout_key(plain.data) + " -> " + layout_key(to.data)), bytes_(to.get_size()) {
   if (Bf16WeightPack::handles(to)) {
     pack_ = std::make_shared<Bf16WeightPack>(plain, to);
     return;
   }
+  if ((pack_ = WinogradWeights::make(plain, to))) return;  // Note [Winograd weights]
   // Winograd's transformed weights (Note [Winograd convolutions] in conv/geometry.h) are made
   // whole, by the first kernel that asks; other layouts that are not blocked are not shared.
   if (to.data.format_kind != dnnl_blocked && to.data.format_kind != dnnl_format_kind_wino) return;

@@ -96,19 +96,30 @@ inline void append_key(std::vector<int64_t>& key, const Shape& shape) {
 // oneDNN's fast reorder into the float32 layout blocked over output channels alone, then a
 // pass that pairs input channels and rounds to bfloat16 (nearest even, as oneDNN rounds).
 // Other layouts, and float32, take oneDNN's reorder as they are.
-class Bf16WeightPack {
+// A weight layout made by a pass of this project's instead of oneDNN's reorder, in parts()
+// parts (SharedWeightReorder shares them): Bf16WeightPack, WinogradWeights.
+class WeightPacker {
+ public:
+  virtual ~WeightPacker() = default;
+  virtual int parts() const = 0;
+  // Part `part` of the plain weights at `w` into its part of `out`. Runs on `st`, waits.
+  virtual void run_part(dnnl::stream& st, const void* w, void* out, int part) = 0;
+  // All parts: user holds the plain weights, out the layout's.
+  void run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out) {
+    for (int i = 0; i < parts(); ++i) run_part(st, user.get_data_handle(), out.get_data_handle(), i);
+  }
+};
+
+class Bf16WeightPack : public WeightPacker {
  public:
   // Whether `to` (a convolution's bf16 weights) is a layout this writes: 4-D, blocked over O
   // (16, 32, 48 or 64) then pairs of I, the outer dims in the order O-block, H, W, I-pair.
   static bool handles(const dnnl::memory::desc& to);
   // Packs the plain float32 OIHW weights `plain` into `to` (handles(to) must hold).
   Bf16WeightPack(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
-  // user: plain float32 weights; out: memory of `to`. Runs on `st` and waits for it.
-  void run(dnnl::stream& st, dnnl::memory& user, dnnl::memory& out);
-  // The same in parts() parts of whole output-channel blocks (SharedWeightReorder): part
-  // `part` of the plain weights at `w` into its part of `out`.
-  int parts() const { return static_cast<int>(to_mid_.size()); }
-  void run_part(dnnl::stream& st, const void* w, void* out, int part);
+  // In parts() parts of whole output-channel blocks.
+  int parts() const override { return static_cast<int>(to_mid_.size()); }
+  void run_part(dnnl::stream& st, const void* w, void* out, int part) override;
 
  private:
   dnnl::memory mid_;  // float32, blocked over O alone
@@ -118,6 +129,43 @@ class Bf16WeightPack {
   int64_t blocks_ = 0, hw_ = 0, pairs_ = 0, in_ = 0, ob_ = 0;  // [blocks][hw][pairs] of [ob][2]
   int64_t mid_i_ = 0, mid_hw_ = 0, mid_a_ = 0;                    // mid_'s strides (floats)
   int64_t out_i_ = 0, out_hw_ = 0, out_a_ = 0;                    // out's strides (bf16s)
+};
+
+// Note [Winograd weights]: oneDNN 2.6 makes the transformed weights its float32 Winograd
+// forward reads (Note [Winograd convolutions] in conv/geometry.h) with a reference loop: 5.5 ms
+// for 128x128x3x3, 1.5 ms for 64x64x3x3, every step. The transform is linear, and each of its
+// outputs is one (output, input channel) pair's 3x3 kernel dotted with one of the few rows
+// of G (x) G (F(4x4, 3x3): 36 of them). So WinogradWeights learns where oneDNN puts what,
+// once per layout, from 18 runs of its reorder on probes (tap t of every pair set to 1, then
+// to the pair's number + 1: the first gives each output's row, the ratio its pair), and then
+// computes U[row][pair] = row . kernel(pair) for all rows and pairs as 9 vectorised passes
+// and gathers the layout from U. It is used only if it reproduces oneDNN's reorder of random
+// weights (to 1e-5 of the largest value); otherwise oneDNN's reorder runs.
+class WinogradWeights : public WeightPacker {
+ public:
+  // Null when `to` is no Winograd layout of the plain OIHW float32 weights `plain`, or the
+  // map learned does not reproduce oneDNN's reorder. Maps are learned once per pair of
+  // layouts in a process and shared.
+  static std::shared_ptr<WinogradWeights> make(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
+  int parts() const override { return 1; }
+  void run_part(dnnl::stream& st, const void* w, void* out, int part) override;
+
+  // Where oneDNN's reorder puts what: each output float of `to` is one of `rows` (the
+  // transform's rows, [rows][taps]) dotted with one (output, input channel) pair's kernel.
+  struct Map {
+    int64_t oc = 0, ic = 0, taps = 0;
+    int64_t pitch = 0;            // floats from one row of U (or of the kernels) to the next
+    bool input_major = false;     // U's pairs ordered (input, output channel), as the layout walks them
+    std::vector<float> rows;      // [rows][taps]
+    std::vector<int32_t> index;   // each output float: its row * pitch + pair in U (padding: U's last, 0)
+  };
+
+ private:
+  explicit WinogradWeights(std::shared_ptr<const Map> map) : map_(std::move(map)) {}
+  static std::shared_ptr<const Map> learn(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
+  std::shared_ptr<const Map> map_;
+  std::vector<float> kernels_;   // scratch: the weights as [taps][pairs], pairs in U's order
+  std::vector<float> products_;  // scratch: U, [rows][pairs]
 };
 
 // A key naming the layout of `md` (kind, type, dims, and the blocking or Winograd fields):
@@ -140,8 +188,9 @@ class SharedWeightReorder {
   // Runs on `st` and waits for it.
   void* get(dnnl::stream& st, const void* w, size_t bytes);
   int parts() const { return pack_ ? pack_->parts() : static_cast<int>(parts_.size()); }
-  // The bf16 pack it runs, if any: the caller's own reorder when get() returns nullptr.
-  const std::shared_ptr<Bf16WeightPack>& pack() const { return pack_; }
+  // The pass it runs instead of oneDNN's reorder, if any (Bf16WeightPack, WinogradWeights):
+  // the caller's own when get() returns nullptr.
+  const std::shared_ptr<WeightPacker>& pack() const { return pack_; }
 
  private:
   struct Part {
@@ -152,7 +201,7 @@ class SharedWeightReorder {
   std::string key_;
   size_t bytes_ = 0;
   std::vector<Part> parts_;
-  std::shared_ptr<Bf16WeightPack> pack_;  // Note [Packing bfloat16 weights], where it applies
+  std::shared_ptr<WeightPacker> pack_;  // Note [Packing bfloat16 weights], [Winograd weights]
 };
 
 // ---- bfloat16 products (Note [Math precision] in backends/backend.h) ----------------------

@@ -4,6 +4,8 @@
 // input channels, 1x1 to 7x7 kernels), and says no to layouts it does not write.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -65,13 +67,14 @@ TEST(Bf16WeightPack, RefusesOtherLayouts) {
 // Note [Winograd convolutions] (conv/geometry.h): the weights layout oneDNN's float32 Winograd
 // forward picks for models/cnn.onnx's conv2 (32 -> 64, 3x3 on 13x13) at a batch of `n`, or an
 // empty desc where it has no Winograd kernel.
-md winograd_weights(int64_t n) {
-  const dnnl::memory::dims src{n, 32, 13, 13}, wei{64, 32, 3, 3}, dst{n, 64, 11, 11};
+md winograd_weights(int64_t n, int64_t o = 64, int64_t i = 32, int64_t hw = 13, int64_t pad = 0) {
+  const int64_t out = hw + 2 * pad - 2;
+  const dnnl::memory::dims src{n, i, hw, hw}, wei{o, i, 3, 3}, dst{n, o, out, out};
   try {
     const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
                                                dnnl::algorithm::convolution_winograd, md(src, dt::f32, tag::any),
                                                md(wei, dt::f32, tag::any), md(), md(dst, dt::f32, tag::any),
-                                               {1, 1}, {0, 0}, {0, 0}, {0, 0});
+                                               {1, 1}, {pad, pad}, {pad, pad});
     return dnnl::convolution_forward::primitive_desc(desc, dnnl_engine()).weights_desc();
   } catch (const dnnl::error&) {
     return md();
@@ -100,6 +103,48 @@ TEST(LayoutKey, TellsWinogradLayoutsOfDifferentBatchesApart) {
   ASSERT_NE(a, b) << "oneDNN chose one Winograd layout for both batches: the case this test is about is gone";
   EXPECT_NE(layout_key(a.data), layout_key(b.data));
   EXPECT_EQ(layout_key(a.data), layout_key(winograd_weights(128).data));
+}
+
+// Note [Winograd weights] (backends/cpu/dnnl_util.h): the map learned from oneDNN's reorder
+// writes what that reorder writes (to float32 transform rounding), for the Winograd layouts
+// of the CNN's conv2 at two batches (their blocking differs) and ResNet-18's layer1 and
+// layer2, channel counts 32 to 128; and a plain blocked layout gets no map.
+TEST(WinogradWeights, WriteWhatOneDnnsReorderWrites) {
+  struct Case {
+    int64_t n, o, i, hw, pad;
+  };
+  int mapped = 0;
+  for (const Case c : {Case{128, 64, 32, 13, 0}, Case{127, 64, 32, 13, 0}, Case{32, 64, 64, 8, 1},
+                       Case{64, 128, 128, 4, 1}, Case{16, 32, 48, 10, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << c.n << ", W " << c.o << "x" << c.i << "x3x3 on " << c.hw);
+    const md to = winograd_weights(c.n, c.o, c.i, c.hw, c.pad);
+    if (to.data.format_kind != dnnl_format_kind_wino)
+      GTEST_SKIP() << "no float32 Winograd kernel here (" << dnnl_isa_name() << ")";
+    const md plain({c.o, c.i, 3, 3}, dt::f32, tag::oihw);
+    const auto map = WinogradWeights::make(plain, to);
+    ASSERT_TRUE(map) << "the map learned does not reproduce oneDNN's reorder";
+    ++mapped;
+    dnnl::memory user(plain, dnnl_engine()), want(to, dnnl_engine()), got(to, dnnl_engine());
+    std::mt19937 gen(static_cast<unsigned>(c.n * c.o + c.i));
+    std::normal_distribution<float> normal;
+    float* w = static_cast<float*>(user.get_data_handle());
+    for (int64_t k = 0; k < c.o * c.i * 9; ++k) w[k] = normal(gen);
+    dnnl::stream& st = dnnl_stream();
+    dnnl::reorder(user, want).execute(st, user, want);
+    st.wait();
+    std::memset(got.get_data_handle(), 0x7f, to.get_size());  // padding must be written too
+    map->run(st, user, got);
+    const float* a = static_cast<const float*>(want.get_data_handle());
+    const float* b = static_cast<const float*>(got.get_data_handle());
+    float largest = 0, worst = 0;
+    for (size_t k = 0; k < to.get_size() / sizeof(float); ++k) {
+      largest = std::max(largest, std::abs(a[k]));
+      worst = std::max(worst, std::abs(a[k] - b[k]));
+    }
+    EXPECT_LE(worst, 1e-6f * largest) << "largest " << largest;
+  }
+  EXPECT_EQ(mapped, 5);
+  EXPECT_FALSE(WinogradWeights::make(md({64, 64, 3, 3}, dt::f32, tag::oihw), md({64, 64, 3, 3}, dt::f32, tag::OIhw16i16o)));
 }
 
 }  // namespace

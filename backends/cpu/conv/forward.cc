@@ -50,7 +50,7 @@ struct DnnlConv {
   dnnl::reorder src_reorder, wei_reorder, dst_reorder;
   bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
   bool relu_after = false;  // FusedConv's Relu as a pass after the primitive
-  std::shared_ptr<Bf16WeightPack> pack_wei;  // W's bf16 pack, where it replaces wei_reorder
+  std::shared_ptr<WeightPacker> pack_wei;  // W's bf16 pack or Winograd transform, where it replaces wei_reorder
   std::shared_ptr<SharedWeightReorder> shared_wei;  // Note [Parameter versions]: the step's one reorder
   dnnl::memory shared_wei_mem;                      // over its buffer
   const void* reordered_weights = nullptr;  // constant weights already reordered
@@ -226,6 +226,8 @@ class ConvKernel : public OpKernel {
           e.pack_wei = e.shared_wei->pack();
         } else if (Bf16WeightPack::handles(pd.weights_desc())) {  // Note [Packing bfloat16 weights]
           e.pack_wei = std::make_shared<Bf16WeightPack>(user_wei, pd.weights_desc());
+        } else {
+          e.pack_wei = WinogradWeights::make(user_wei, pd.weights_desc());  // Note [Winograd weights]
         }
         if (!e.pack_wei) e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
       }

@@ -53,13 +53,15 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // sixteens and output maps of at least 4x4 asks for it (oneDNN refuses below AVX-512, and
 // then the direct kernel runs). bfloat16 has no Winograd kernel: under bf16 the direct one runs,
 // except for the weight gradient (Note [bf16 weight gradients by Winograd]).
-// The forward reads its weights transformed, and oneDNN's reorder into that layout is a
-// reference loop (wino_reorder: 5.5 ms for 128x128x3x3, 1.5 ms for 64x64x3x3, once a step),
-// which costs more than the forward saves on ResNet-18's small maps (layer1 at batch 32:
-// 0.55 ms a replica). So the forward asks for it only from kWinogradForwardPositions output
-// positions a call (the CNN's conv2 at batch 128: 15,488); the backward passes read the usual
-// blocked weights and ask for it always.
-constexpr int64_t kWinogradForwardPositions = 8192;
+// The forward reads its weights transformed, once a step (Note [Winograd weights] in
+// dnnl_util.h: oneDNN's own reorder into that layout is a reference loop, 5.2 ms for
+// 128x128x3x3, against 0.56 ms for that transform), and on the smallest calls its kernel
+// gains less than the transform costs (ResNet-18's layer2, 128 channels on 4x4 maps, at
+// batch 32: 0.72 against 0.96 ms a call, three calls a replica, one transform of 0.56 each).
+// So the forward asks for it from kWinogradForwardPositions output positions a call (layer1
+// at batch 32: 2048; layer2 at batch 64: 1024; the CNN's conv2 at batch 128: 15,488); the
+// backward passes read the usual blocked weights and ask for it always.
+constexpr int64_t kWinogradForwardPositions = 1024;
 
 // Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
 // its float32 one computes a 3x3 stride-1 weight gradient faster than its bfloat16 direct one
@@ -70,8 +72,8 @@ constexpr int64_t kWinogradForwardPositions = 8192;
 // dnnl_util.h): the products of bfloat16 operands, in float32, as the direct kernel makes
 // them; only the summation differs, by Winograd's transforms. Its data gradient stays on the
 // bfloat16 direct kernel, faster on 4x4 maps (0.90 against 1.08 ms) and on the CNN's
-// unpadded conv2 (2.68 against 4.72), level elsewhere, and so does the forward, whose
-// Winograd weights cost a reference reorder a step. ResNet-18 bf16, 5 interleaved pairs: 1
+// unpadded conv2 (2.68 against 4.72), level elsewhere, and so does the forward (layer1 at
+// batch 32: 0.61 ms bfloat16 direct, 0.56 float32 Winograd before its weights' transform). ResNet-18 bf16, 5 interleaved pairs: 1
 // replica 76.0 -> 75.1 ms a step, 2 replicas 44.9 -> 43.9; the CNN's 2 replicas 20.5 -> 20.0.
 
 inline bool winograd_candidate(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
