@@ -1,8 +1,11 @@
-// Note [AVX2 clones]: the library builds for baseline x86-64 (SSE2). A few memory-bound loops
-// (norm/moments.h, pool/separable.cc) also run as copies compiled for AVX2 and FMA: the same
+// Note [AVX2 clones]: the library builds for baseline x86-64 (SSE2). A few loops (the
+// normalisations' sums in norm/moments.h, pool/separable.cc, round_to_bfloat16 and the
+// Winograd weights in dnnl_util.cc) also run as copies compiled for AVX2 and FMA: the same
 // source, inlined (OMT_ALWAYS_INLINE) into a function declared with that target, chosen once
-// at run time by use_avx2_clones(). Each such copy does the same operations as the baseline
-// one, wider.
+// at run time by use_avx2_clones(). The copies do the same operations wider, except that the
+// compiler fuses a multiply and an add into one FMA there (GNU C++ contracts by default), which
+// rounds once instead of twice: the sums and products can differ in their last bits between
+// CPUs with and without AVX2 (the pooling and the rounding have no multiply-adds and do not).
 #pragma once
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

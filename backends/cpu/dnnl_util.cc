@@ -413,7 +413,7 @@ std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::m
   map->ic = pd.dims[1];
   map->taps = pd.dims[2] * pd.dims[3];
   const int64_t pairs = map->oc * map->ic, taps = map->taps, outs = static_cast<int64_t>(to.get_size() / sizeof(float));
-  if (pairs >= (int64_t{1} << 24) || outs > 64 * pairs) return nullptr;  // 64 rows of U index in int32
+  if (pairs > kMaxPairs || outs > 64 * pairs) return nullptr;
   dnnl::engine& eng = dnnl_engine();
   dnnl::stream& st = dnnl_stream();
   dnnl::memory src(plain, eng), dst(to, eng);

@@ -144,6 +144,9 @@ TEST(WinogradWeights, WriteWhatOneDnnsReorderWrites) {
     EXPECT_LE(worst, 1e-6f * largest) << "largest " << largest;
   }
   EXPECT_EQ(mapped, 5);
+  // More channel pairs than kMaxPairs: no map (oneDNN's reorder runs), whatever the layout.
+  const md big = winograd_weights(32, 256, 256, 8, 1);
+  EXPECT_FALSE(WinogradWeights::make(md({256, 256, 3, 3}, dt::f32, tag::oihw), big));
   EXPECT_FALSE(WinogradWeights::make(md({64, 64, 3, 3}, dt::f32, tag::oihw), md({64, 64, 3, 3}, dt::f32, tag::OIhw16i16o)));
 }
 

@@ -219,6 +219,14 @@ const PoolCase kPoolCases[] = {
     {{1, 2, 5, 6}, {2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}},
     {{3, 2, 2, 2}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
     {{1, 2, 6, 64}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    // A single row of two inputs whose one window reads past the end (the flat loop must not:
+    // an ASan build reads out of bounds otherwise), and a right edge at stride 2.
+    {{1, 1, 1, 2}, {1, 3}, {1, 2}, {0, 0, 0, 1}, {1, 1}},
+    {{2, 3, 5, 8}, {3, 3}, {2, 2}, {1, 0, 1, 1}, {1, 1}},
+    // Several blocks of planes (kBlockOutputs row maxima a block): 128 planes of the stem's
+    // 16x16 a block, then planes too large for one (a block each).
+    {{4, 40, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    {{1, 2, 130, 256}, {2, 3}, {2, 2}, {0, 1, 0, 1}, {1, 1}},
 };
 
 // Note [Tap-major max pooling] (backends/cpu/pool/grad.cc): the general path routes like the
@@ -326,7 +334,7 @@ TEST(MaxPool, SeparableKernelsTakeWhatEachWindowTakesWithAndWithoutAvx2) {
       }
     }
   }
-  EXPECT_EQ(taken, 6);  // the stem, the stride-1 case and the four separable ones
+  EXPECT_EQ(taken, 10);  // the stem, the stride-1 case and the eight separable ones
 }
 
 // Windows holding several NaNs send their gradient to the last NaN (PyTorch's rule), on the

@@ -142,9 +142,10 @@ class ConvKernel : public OpKernel {
                   const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
     // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
     // refusal as kUnsupported), else direct.
+    const bool fast_weights = w.dim(0) * w.dim(1) <= WinogradWeights::kMaxPairs;  // Note [Winograd weights]
     if (info_.precision == MathPrecision::kFloat32 && winograd_candidate(w.shape(), out, s, d, attrs_.group) &&
         dnnl_has_avx512() &&
-        out[0] * out[2] * out[3] >= kWinogradForwardPositions) {
+        out[0] * out[2] * out[3] >= (fast_weights ? kWinogradForwardPositions : kWinogradForwardPositionsSlowWeights)) {
       try {
         return create(dnnl::algorithm::convolution_winograd, x, w, has_bias, out, s, d, pb, pe);
       } catch (const Error& e) {

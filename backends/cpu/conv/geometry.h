@@ -59,9 +59,12 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // gains less than the transform costs (ResNet-18's layer2, 128 channels on 4x4 maps, at
 // batch 32: 0.72 against 0.96 ms a call, three calls a replica, one transform of 0.56 each).
 // So the forward asks for it from kWinogradForwardPositions output positions a call (layer1
-// at batch 32: 2048; layer2 at batch 64: 1024; the CNN's conv2 at batch 128: 15,488); the
-// backward passes read the usual blocked weights and ask for it always.
-constexpr int64_t kWinogradForwardPositions = 1024;
+// at batch 32: 2048; layer2 at batch 64: 1024; the CNN's conv2 at batch 128: 15,488). Weights
+// of more channel pairs than WinogradWeights learns (kMaxPairs: 128x128) take oneDNN's
+// reference reorder, and the forward asks for Winograd there only from
+// kWinogradForwardPositionsSlowWeights, as before that transform existed. The backward
+// passes read the usual blocked weights and ask for it always.
+constexpr int64_t kWinogradForwardPositions = 1024, kWinogradForwardPositionsSlowWeights = 8192;
 
 // Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
 // its float32 one computes a 3x3 stride-1 weight gradient faster than its bfloat16 direct one
