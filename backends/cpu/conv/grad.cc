@@ -2,7 +2,9 @@
 // groups, strides, pads, dilations, auto_pad). float32 runs on oneDNN's backward-data and
 // backward-weights primitives, created once per shape with their layout reorders; dB is a
 // plain sum of dY. Only the outputs the graph reads are computed. Under bf16 (Note [Math
-// precision]) the primitives read bfloat16 and write float32; the thin path stays float32.
+// precision]) the primitives read bfloat16 and write float32, except that Winograd's weight
+// gradient reads float32 values rounded to bfloat16 (Note [bf16 weight gradients by
+// Winograd]); the thin path stays float32.
 #include <algorithm>
 #include <cstring>
 
