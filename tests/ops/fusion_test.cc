@@ -225,10 +225,10 @@ const PoolCase kPoolCases[] = {
     // an ASan build reads out of bounds otherwise), and a right edge at stride 2.
     {{1, 1, 1, 2}, {1, 3}, {1, 2}, {0, 0, 0, 1}, {1, 1}},
     {{2, 3, 5, 8}, {3, 3}, {2, 2}, {1, 0, 1, 1}, {1, 1}},
-    // Several blocks of planes (kBlockOutputs row maxima a block): 128 planes of the stem's
-    // 16x16 a block, then planes too large for one (a block each).
-    {{4, 40, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
-    {{1, 2, 130, 256}, {2, 3}, {2, 2}, {0, 1, 0, 1}, {1, 1}},
+    // Several blocks of planes (kBlockOutputs, 65536 row maxima a block): 512 planes of the
+    // stem's 16x16 a block, then planes of 33,280 row maxima (a block each).
+    {{8, 80, 16, 16}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    {{1, 3, 130, 512}, {2, 3}, {2, 2}, {0, 1, 0, 1}, {1, 1}},
 };
 
 // Note [Tap-major max pooling] (backends/cpu/pool/grad.cc): the general path routes like the

@@ -12,7 +12,7 @@ namespace omt::cpu {
 struct SeparableScratch {
   std::vector<float> padded, row_max, best;
   std::vector<int32_t> row_arg, arg;
-  std::vector<int64_t> rows;  // an output row's window rows
+  std::vector<int64_t> row_begin, rows;  // each output row's window rows (list_window_rows)
 };
 
 // Whether g's windows over `planes` planes take the separable kernels: the innermost dim has
