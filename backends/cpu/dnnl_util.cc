@@ -420,33 +420,44 @@ std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::m
   dnnl::reorder reorder(src, dst);
   float* g = static_cast<float*>(src.get_data_handle());
   const float* out = static_cast<const float*>(dst.get_data_handle());
-  // Probes: tap t of every pair at 1 (each output's row entry t), then at pair + 1.
-  std::vector<std::vector<float>> ones(static_cast<size_t>(taps)), codes(static_cast<size_t>(taps));
-  for (int64_t t = 0; t < taps; ++t)
-    for (int code = 0; code < 2; ++code) {
-      for (int64_t q = 0; q < pairs; ++q)
-        for (int64_t k = 0; k < taps; ++k) g[q * taps + k] = k != t ? 0.0f : code ? static_cast<float>(q + 1) : 1.0f;
-      reorder.execute(st, src, dst);
-      st.wait();
-      (code ? codes : ones)[static_cast<size_t>(t)].assign(out, out + outs);
+  // Probes: tap t of every pair at 1 (each output's row entry t), then at pair + 1, read only
+  // at the outputs whose largest row entry is t (and checked zero at padding).
+  auto probe = [&](int64_t t, bool code) {
+    for (int64_t q = 0; q < pairs; ++q)
+      for (int64_t k = 0; k < taps; ++k) g[q * taps + k] = k != t ? 0.0f : code ? static_cast<float>(q + 1) : 1.0f;
+    reorder.execute(st, src, dst);
+    st.wait();
+  };
+  std::vector<std::vector<float>> ones(static_cast<size_t>(taps));
+  for (int64_t t = 0; t < taps; ++t) {
+    probe(t, false);
+    ones[static_cast<size_t>(t)].assign(out, out + outs);
+  }
+  std::vector<int8_t> best(static_cast<size_t>(outs), -1);  // padding: no pair reaches it
+  for (int64_t p = 0; p < outs; ++p) {
+    float largest = 0.0f;
+    for (int64_t t = 0; t < taps; ++t) {
+      const float v = std::abs(ones[static_cast<size_t>(t)][static_cast<size_t>(p)]);
+      if (v > largest) largest = v, best[static_cast<size_t>(p)] = static_cast<int8_t>(t);
     }
-  std::vector<int64_t> row_of(static_cast<size_t>(outs), -1), pair_of(static_cast<size_t>(outs), -1);
+  }
+  std::vector<float> code(static_cast<size_t>(outs));
+  for (int64_t t = 0; t < taps; ++t) {
+    probe(t, true);
+    for (int64_t p = 0; p < outs; ++p) {
+      const int8_t b = best[static_cast<size_t>(p)];
+      if (b == t) code[static_cast<size_t>(p)] = out[p];
+      if (b < 0 && out[p] != 0.0f) return nullptr;
+    }
+  }
+  std::vector<int32_t> row_of(static_cast<size_t>(outs), -1), pair_of(static_cast<size_t>(outs), -1);
   std::vector<float> row(static_cast<size_t>(taps));
   for (int64_t p = 0; p < outs; ++p) {
     const size_t pz = static_cast<size_t>(p);
-    int64_t best = -1;
-    for (int64_t t = 0; t < taps; ++t) {
-      const float v = ones[static_cast<size_t>(t)][pz];
-      row[static_cast<size_t>(t)] = v;
-      if (v != 0.0f && (best < 0 || std::abs(v) > std::abs(row[static_cast<size_t>(best)]))) best = t;
-    }
-    if (best < 0) {  // padding: no pair reaches it
-      for (int64_t t = 0; t < taps; ++t)
-        if (codes[static_cast<size_t>(t)][pz] != 0.0f) return nullptr;
-      continue;
-    }
-    const double pair =
-        std::nearbyint(double(codes[static_cast<size_t>(best)][pz]) / double(row[static_cast<size_t>(best)])) - 1;
+    const int8_t b = best[pz];
+    if (b < 0) continue;
+    for (int64_t t = 0; t < taps; ++t) row[static_cast<size_t>(t)] = ones[static_cast<size_t>(t)][pz];
+    const double pair = std::nearbyint(double(code[pz]) / double(row[static_cast<size_t>(b)])) - 1;
     if (!(pair >= 0 && pair < static_cast<double>(pairs))) return nullptr;
     size_t r = 0;
     const size_t rows = map->rows.size() / static_cast<size_t>(taps);
@@ -456,8 +467,8 @@ std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::m
       if (rows == 64) return nullptr;  // not the few rows of a Winograd transform
       map->rows.insert(map->rows.end(), row.begin(), row.end());
     }
-    row_of[pz] = static_cast<int64_t>(r);
-    pair_of[pz] = static_cast<int64_t>(pair);
+    row_of[pz] = static_cast<int32_t>(r);
+    pair_of[pz] = static_cast<int32_t>(pair);
   }
   // U's pairs in the order the layout walks them: (input, output channel) when consecutive
   // outputs step through output channels more often than through input channels.

@@ -147,8 +147,8 @@ class WinogradWeights : public WeightPacker {
   // more than kMaxPairs channel pairs, or the map learned does not reproduce oneDNN's reorder.
   // Maps are learned once per pair of layouts in a process and shared.
   static std::shared_ptr<WinogradWeights> make(const dnnl::memory::desc& plain, const dnnl::memory::desc& to);
-  // The most (output, input channel) pairs it learns a map for: the probes hold 18 copies of
-  // the layout (42 MB and 0.1 s for 128x128; 256x256 would take 170 MB and 0.6 s).
+  // The most (output, input channel) pairs it learns a map for: learning holds 10 copies of
+  // the layout (24 MB and 0.1 s for 128x128; 256x256 would take 95 MB and 0.6 s).
   static constexpr int64_t kMaxPairs = 128 * 128;
   int parts() const override { return 1; }
   void run_part(dnnl::stream& st, const void* w, void* out, int part) override;
