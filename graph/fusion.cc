@@ -16,6 +16,16 @@ namespace omt {
 //    that routes dP to each window's maximum. Exact: the mask depends only on the position.
 // Moving Q's work to P's place is safe: Q's inputs other than P's outputs (Y for ReluGrad) are
 // read by P as well, so they exist there, and Q's outputs are read only after Q's old place.
+
+// Note [Fused batch normalisation]: a training BatchNormTraining whose output Y only a Relu
+// reads writes Z = Relu(Y) instead of Y (ReluGrad reads Z, BatchNormTrainingGrad reads X, so
+// nothing else needs Y), saving a write and a read of Y; and a ReluGrad(dZ, Z) or ClipGrad(dZ,
+// Y, min, max) whose output dY only a BatchNormTrainingGrad reads (as its dY) merges into it:
+// FusedBatchNormTrainingGrad(dZ, X, scale, saved_mean, saved_invstd, V, min, max) masks dZ by
+// V (Z > 0, or min <= Y <= max) in the pass that sums it, saving a read of dY. This one goes
+// to the grad's place, not the mask's: the mask's inputs exist there, as they did earlier.
+// ResNets put a Relu after every BatchNormalization but the residual ones; MobileNetV2 a
+// ReLU6 (Clip, whose gradient reads its input Y, so only its backward fuses).
 namespace {
 
 // Who reads each value; values in `keep` and graph outputs count as read elsewhere too.
@@ -51,15 +61,44 @@ FusionCounts fuse_graph(Graph& g, const std::set<std::string>& keep, const OpSup
   if (!supported) return counts;
   const bool conv_relu = supported(kOmtDomain, "FusedConv");
   const bool pool_relu = supported(kOmtDomain, "MaxPoolReluGrad");
-  if (!conv_relu && !pool_relu) return counts;
+  const bool bn_relu = supported(kOmtDomain, "FusedBatchNormTraining");
+  const bool bn_grad = supported(kOmtDomain, "FusedBatchNormTrainingGrad");
+  if (!conv_relu && !pool_relu && !bn_relu && !bn_grad) return counts;
   const Readers rw(g, keep);
   std::vector<bool> removed(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& p = g.nodes[i];
-    if (removed[i] || p.outputs.size() != 1 || p.outputs[0].empty()) continue;
+    if (removed[i] || p.outputs.empty() || p.outputs[0].empty()) continue;
     const int qi = rw.sole_reader(p.outputs[0]);
     if (qi < 0 || removed[static_cast<size_t>(qi)]) continue;
     Node& q = g.nodes[static_cast<size_t>(qi)];
+    // Note [Fused batch normalisation]: P's output 0 only (its others are the statistics).
+    if (bn_relu && is(p, kOmtDomain, "BatchNormTraining") && is(q, "", "Relu") && q.outputs.size() == 1) {
+      p.op_type = "FusedBatchNormTraining";
+      p.attrs.set("activation", std::string("Relu"));
+      p.name += "+Relu";
+      p.outputs[0] = q.outputs[0];
+      removed[static_cast<size_t>(qi)] = true;
+      ++counts.batchnorm_relu;
+      continue;
+    }
+    const bool relu_grad = is(p, kOmtDomain, "ReluGrad") && p.inputs.size() == 2;
+    const bool clip_grad = is(p, kOmtDomain, "ClipGrad") && p.inputs.size() >= 2 && p.inputs.size() <= 4;
+    if (bn_grad && (relu_grad || clip_grad) && p.outputs.size() == 1 && is(q, kOmtDomain, "BatchNormTrainingGrad") &&
+        !q.inputs.empty() && q.inputs.size() <= 5 && q.inputs[0] == p.outputs[0]) {
+      std::vector<std::string> in = q.inputs;
+      in[0] = p.inputs[0];  // dZ
+      in.resize(5);         // absent saved statistics stay absent
+      for (size_t k = 1; k < p.inputs.size(); ++k) in.push_back(p.inputs[k]);  // V, then min and max
+      q.op_type = "FusedBatchNormTrainingGrad";
+      q.attrs.set("activation", std::string(relu_grad ? "Relu" : "Clip"));
+      q.name += "+" + p.op_type;
+      q.inputs = std::move(in);
+      removed[i] = true;
+      ++counts.batchnorm_grad_mask;
+      continue;
+    }
+    if (p.outputs.size() != 1) continue;
     if (conv_relu && is(p, "", "Conv") && is(q, "", "Relu") && q.outputs.size() == 1) {
       p.domain = kOmtDomain;
       p.op_type = "FusedConv";

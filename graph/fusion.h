@@ -2,9 +2,13 @@
 // as one kernel, because the value between them is large, read once, and never needed again.
 //   Conv -> Relu                   =>  com.onnx-mirror:FusedConv (activation "Relu")
 //   MaxPoolGrad(dP, Y) -> ReluGrad(., Y)  =>  com.onnx-mirror:MaxPoolReluGrad(dP, Y)
-// In models/cnn.onnx these are the 11 MB activations after conv1: each fusion saves a pass
-// over them (Note [Backward fusions] in fusion.cc). A fusion happens only where the backend
-// has the fused kernel, and never removes a value in `keep` (graph outputs, gradients).
+//   BatchNormTraining -> Relu      =>  com.onnx-mirror:FusedBatchNormTraining (activation "Relu")
+//   ReluGrad(dZ, Z) or ClipGrad(dZ, Y, min, max) -> BatchNormTrainingGrad(., X, ...)
+//                                  =>  com.onnx-mirror:FusedBatchNormTrainingGrad
+// In models/cnn.onnx the first two are the 11 MB activations after conv1: each fusion saves a
+// pass over them (Note [Backward fusions] in fusion.cc; the normalisations' in Note [Fused
+// batch normalisation]). A fusion happens only where the backend has the fused kernel, and
+// never removes a value in `keep` (graph outputs, gradients).
 #pragma once
 
 #include <functional>
@@ -18,7 +22,9 @@ namespace omt {
 struct FusionCounts {
   int conv_relu = 0;
   int maxpool_relu_grad = 0;
-  int total() const { return conv_relu + maxpool_relu_grad; }
+  int batchnorm_relu = 0;       // forward: BatchNormTraining -> Relu
+  int batchnorm_grad_mask = 0;  // backward: ReluGrad or ClipGrad -> BatchNormTrainingGrad
+  int total() const { return conv_relu + maxpool_relu_grad + batchnorm_relu + batchnorm_grad_mask; }
 };
 
 // Whether the backend that will run the graph has a kernel for (domain, op_type).

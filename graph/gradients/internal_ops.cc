@@ -21,6 +21,8 @@ OMT_INTERNAL_NO_GRADIENT("AveragePoolGrad");
 OMT_INTERNAL_NO_GRADIENT("GlobalAveragePoolGrad");
 OMT_INTERNAL_NO_GRADIENT("GlobalMaxPoolGrad");
 OMT_INTERNAL_NO_GRADIENT("BatchNormTrainingGrad");
+OMT_INTERNAL_NO_GRADIENT("FusedBatchNormTraining");  // forward, but created after autodiff (graph/fusion.h)
+OMT_INTERNAL_NO_GRADIENT("FusedBatchNormTrainingGrad");
 OMT_INTERNAL_NO_GRADIENT("BatchNormInferenceGrad");
 OMT_INTERNAL_NO_GRADIENT("LayerNormalizationGrad");
 OMT_INTERNAL_NO_GRADIENT("SoftmaxGrad");

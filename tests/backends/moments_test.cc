@@ -66,8 +66,8 @@ TEST(ChannelMoments, InMemoryOrderAndTheirAvx2Copies) {
     all_channel_moments_impl(x.data(), cs.n, cs.c, cs.inner, mean.data(), var.data());
     expect_close(mean, want.mean, "mean");
     expect_close(var, want.var, "variance");
-    all_channel_grad_sums_impl(dy.data(), x.data(), cs.n, cs.c, cs.inner, want.mean.data(), sum_dy.data(),
-                               sum_dy_xmu.data());
+    all_channel_grad_sums_impl<GradMaskKind::kNone>(dy.data(), x.data(), cs.n, cs.c, cs.inner, want.mean.data(),
+                                                    sum_dy.data(), sum_dy_xmu.data(), GradMask<float>());
     expect_close(sum_dy, want.sum_dy, "sum of dY");
     expect_close(sum_dy_xmu, want.sum_dy_xmu, "sum of dY (x - mean)");
     // What the kernels call: the AVX2 copy where the CPU has it (use_avx2_clones()), the

@@ -1,10 +1,13 @@
 // The backward fusions (graph/fusion.h) and their CPU kernels: a graph run with and without
 // fuse_graph gives the same values (FusedConv = Relu(Conv), thin and blocked convolutions;
-// MaxPoolReluGrad = ReluGrad(MaxPoolGrad)), the SSE2 2x2 MaxPoolGrad path routes gradients
+// MaxPoolReluGrad = ReluGrad(MaxPoolGrad); FusedBatchNormTraining = Relu(BatchNormTraining);
+// FusedBatchNormTrainingGrad = BatchNormTrainingGrad(ReluGrad or ClipGrad)), the SSE2 2x2
+// MaxPoolGrad path routes gradients
 // exactly like a plain reference loop (first maximum, NaN maximal), and the pass fuses only
 // what it may.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -46,6 +49,15 @@ Tensor run_graph(const Graph& g, const NamedTensors& feeds) {
   m.opsets = {{"", 17}, {kOmtDomain, 1}};
   Session s(std::make_shared<const Model>(m));
   return s.run(feeds).at(g.outputs[0].name);
+}
+
+// Runs `g` and returns every output.
+NamedTensors run_all(const Graph& g, const NamedTensors& feeds) {
+  Model m;
+  m.graph = g;
+  m.opsets = {{"", 17}, {kOmtDomain, 1}};
+  Session s(std::make_shared<const Model>(m));
+  return s.run(feeds);
 }
 
 Graph input_graph(const std::vector<std::pair<std::string, DType>>& inputs, const std::string& output) {
@@ -411,6 +423,137 @@ TEST(ThinConvGrad, WeightAndBiasGradientsMatchTheOneDnnPath) {
   expect_thin_weight_grad_matches({3, 2, 11, 13}, {5, 2, 3, 2}, strided);
 }
 
+
+// ---- FusedBatchNormTraining and FusedBatchNormTrainingGrad --------------------------------
+
+Tensor in_dtype(const Tensor& t, DType dtype) { return dtype == DType::kFloat64 ? to_f64(t) : t; }
+
+// Every output of `fused` (after fuse_graph, which must have made one node of two) is bit for
+// bit that of `g`.
+void expect_same_outputs(const Graph& g, const Graph& fused, const NamedTensors& feeds) {
+  ASSERT_EQ(fused.nodes.size(), g.nodes.size() - 1);
+  const NamedTensors want = run_all(g, feeds), got = run_all(fused, feeds);
+  for (const auto& o : g.outputs) EXPECT_TRUE(tensors_identical(got.at(o.name), want.at(o.name))) << o.name;
+}
+
+void expect_batchnorm_relu_fuses(const Shape& xs, DType dtype) {
+  SCOPED_TRACE(::testing::Message() << "X " << shape_str(xs) << ", " << dtype_name(dtype));
+  Graph g = input_graph({{"x", dtype}, {"scale", dtype}, {"b", dtype}, {"rm", dtype}, {"rv", dtype}}, "z");
+  for (const char* o : {"rm_new", "rv_new", "mean", "inv"}) g.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
+  AttributeMap a;
+  a.set("epsilon", 1e-5f);
+  a.set("momentum", 0.9f);
+  g.nodes.push_back(make_node(kOmtDomain, "BatchNormTraining", {"x", "scale", "b", "rm", "rv"},
+                              {"y", "rm_new", "rv_new", "mean", "inv"}, a));
+  g.nodes.push_back(make_node("", "Relu", {"y"}, {"z"}));
+  const int64_t c = xs[1];
+  Tensor x = random_tensor(xs, 11);
+  x.data<float>()[x.numel() - 1] = std::numeric_limits<float>::quiet_NaN();  // the last channel's values are NaN
+  NamedTensors feeds;
+  feeds.set("x", in_dtype(x, dtype));
+  feeds.set("scale", in_dtype(random_tensor({c}, 12), dtype));
+  feeds.set("b", in_dtype(random_tensor({c}, 13), dtype));
+  feeds.set("rm", in_dtype(random_tensor({c}, 14), dtype));
+  Tensor rv = random_tensor({c}, 15);
+  for (int64_t i = 0; i < c; ++i) rv.data<float>()[i] = 1.0f + std::abs(rv.data<float>()[i]);
+  feeds.set("rv", in_dtype(rv, dtype));
+  Graph fused = g;
+  EXPECT_EQ(fuse_graph(fused, {}, cpu_supports()).batchnorm_relu, 1);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].op_type, "FusedBatchNormTraining");
+  expect_same_outputs(g, fused, feeds);
+  const Tensor z = run_all(fused, feeds).at("z");
+  int64_t zeros = 0, nans = 0;
+  for (int64_t i = 0; i < z.numel(); ++i) {
+    zeros += z.value_as_double(i) == 0;
+    nans += std::isnan(z.value_as_double(i));
+  }
+  EXPECT_GT(zeros, 0) << "the Relu must clip something for the test to mean anything";
+  EXPECT_GT(nans, 0) << "NaN passes through, as the Relu kernel passes it";
+}
+
+TEST(FusedBatchNormTraining, EqualsBatchNormThenRelu) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    expect_batchnorm_relu_fuses({4, 3, 5, 6}, dt);  // channel by channel
+    expect_batchnorm_relu_fuses({8, 5, 2, 2}, dt);  // small maps, column by column
+    expect_batchnorm_relu_fuses({6, 4}, dt);
+  }
+}
+
+// ReluGrad(dz, v) or ClipGrad(dz, v, lo?, hi?) -> dy, then BatchNormTrainingGrad(dy, x, scale,
+// [mean, inv]) -> [dx], dscale, db. `bounds`: which of ClipGrad's bounds are given ("lo", "hi").
+struct MaskedGradCase {
+  Shape xs;
+  std::string activation;  // "Relu" or "Clip"
+  std::vector<std::string> bounds;
+  bool saved = true, want_dx = true;
+};
+
+void expect_batchnorm_grad_fuses(const MaskedGradCase& k, DType dtype) {
+  SCOPED_TRACE(::testing::Message() << "X " << shape_str(k.xs) << ", " << k.activation << ", " << k.bounds.size()
+                                    << " bounds, saved " << k.saved << ", dX " << k.want_dx << ", "
+                                    << dtype_name(dtype));
+  Graph g = input_graph({{"dz", dtype}, {"v", dtype}, {"x", dtype}, {"scale", dtype}, {"mean", dtype},
+                         {"inv", dtype}, {"lo", dtype}, {"hi", dtype}},
+                        "dscale");
+  g.outputs.push_back(ValueInfo{"db", DType::kUndefined, {}});
+  if (k.want_dx) g.outputs.push_back(ValueInfo{"dx", DType::kUndefined, {}});
+  if (k.activation == "Relu") {
+    g.nodes.push_back(make_node(kOmtDomain, "ReluGrad", {"dz", "v"}, {"dy"}));
+  } else {
+    const bool lo = std::count(k.bounds.begin(), k.bounds.end(), "lo") > 0;
+    const bool hi = std::count(k.bounds.begin(), k.bounds.end(), "hi") > 0;
+    std::vector<std::string> in = {"dz", "v", lo ? "lo" : "", hi ? "hi" : ""};
+    while (in.back().empty()) in.pop_back();
+    g.nodes.push_back(make_node(kOmtDomain, "ClipGrad", in, {"dy"}));
+  }
+  std::vector<std::string> bn_in = {"dy", "x", "scale"};
+  if (k.saved) bn_in.insert(bn_in.end(), {"mean", "inv"});
+  AttributeMap a;
+  a.set("epsilon", 1e-5f);
+  g.nodes.push_back(make_node(kOmtDomain, "BatchNormTrainingGrad", bn_in, {k.want_dx ? "dx" : "", "dscale", "db"}, a));
+
+  const int64_t c = k.xs[1];
+  // V with the bounds' values exactly (0 and 6: ReLU6), values past them, and NaNs.
+  Tensor v = random_tensor(k.xs, 21);
+  float* pv = v.data<float>();
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    pv[i] = 4.0f * pv[i] + 3.0f;
+    if (i % 7 == 0) pv[i] = 0.0f;
+    if (i % 11 == 5) pv[i] = 6.0f;
+    if (i % 53 == 9) pv[i] = std::numeric_limits<float>::quiet_NaN();
+  }
+  Tensor inv = random_tensor({c}, 22);
+  for (int64_t i = 0; i < c; ++i) inv.data<float>()[i] = 0.5f + std::abs(inv.data<float>()[i]);
+  NamedTensors feeds;
+  feeds.set("dz", in_dtype(random_tensor(k.xs, 23), dtype));
+  feeds.set("v", in_dtype(v, dtype));
+  feeds.set("x", in_dtype(random_tensor(k.xs, 24), dtype));
+  feeds.set("scale", in_dtype(random_tensor({c}, 25), dtype));
+  feeds.set("mean", in_dtype(random_tensor({c}, 26), dtype));
+  feeds.set("inv", in_dtype(inv, dtype));
+  Tensor lo = Tensor::scalar<float>(0.0f), hi = Tensor::scalar<float>(6.0f);
+  feeds.set("lo", in_dtype(lo, dtype));
+  feeds.set("hi", in_dtype(hi, dtype));
+  Graph fused = g;
+  EXPECT_EQ(fuse_graph(fused, {}, cpu_supports()).batchnorm_grad_mask, 1);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].op_type, "FusedBatchNormTrainingGrad");
+  expect_same_outputs(g, fused, feeds);
+}
+
+TEST(FusedBatchNormTrainingGrad, EqualsMaskThenBatchNormGrad) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64})
+    for (const Shape& xs : {Shape{4, 3, 5, 6}, Shape{8, 5, 2, 2}, Shape{6, 4}}) {
+      expect_batchnorm_grad_fuses({xs, "Relu", {}}, dt);
+      expect_batchnorm_grad_fuses({xs, "Clip", {"lo", "hi"}}, dt);
+      expect_batchnorm_grad_fuses({xs, "Clip", {"hi"}}, dt);
+      expect_batchnorm_grad_fuses({xs, "Clip", {}}, dt);  // no bounds: NaNs still masked, as ClipGrad does
+      expect_batchnorm_grad_fuses({xs, "Relu", {}, /*saved=*/false}, dt);
+      expect_batchnorm_grad_fuses({xs, "Clip", {"lo", "hi"}, /*saved=*/true, /*want_dx=*/false}, dt);
+    }
+}
+
 // ---- what the pass may fuse ----------------------------------------------------------------
 
 TEST(FuseGraph, LeavesValuesThatOthersNeed) {
@@ -441,6 +584,37 @@ TEST(FuseGraph, LeavesValuesThatOthersNeed) {
   p.nodes.push_back(make_node(kOmtDomain, "MaxPoolGrad", {"dp", "y"}, {"da"}, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0})));
   p.nodes.push_back(make_node(kOmtDomain, "ReluGrad", {"da", "other"}, {"dz"}));
   EXPECT_EQ(fuse_graph(p, {}, cpu_supports()).total(), 0);
+
+  // A normalisation's Y that another node reads too (as ClipGrad reads a ReLU6's input).
+  auto bn = [](const std::string& act) {
+    Graph b = input_graph({{"x", DType::kFloat32}, {"s", DType::kFloat32}, {"b", DType::kFloat32},
+                           {"rm", DType::kFloat32}, {"rv", DType::kFloat32}}, "z");
+    b.nodes.push_back(make_node(kOmtDomain, "BatchNormTraining", {"x", "s", "b", "rm", "rv"}, {"y", "m1", "v1", "sm", "si"}));
+    b.nodes.push_back(make_node("", act, {"y"}, {"z"}));
+    return b;
+  };
+  Graph b = bn("Relu");
+  b.nodes.push_back(make_node("", "Neg", {"y"}, {"ny"}));
+  EXPECT_EQ(fuse_graph(b, {}, cpu_supports()).total(), 0);
+  b = bn("Sigmoid");  // not an activation the kernel has
+  EXPECT_EQ(fuse_graph(b, {}, cpu_supports()).total(), 0);
+
+  // A masked gradient that another node reads too, or that the normalisation's gradient reads
+  // as something else than its dY.
+  auto grad = [](const std::vector<std::string>& bn_in) {
+    Graph d = input_graph({{"dz", DType::kFloat32}, {"v", DType::kFloat32}, {"x", DType::kFloat32},
+                           {"s", DType::kFloat32}}, "dx");
+    d.nodes.push_back(make_node(kOmtDomain, "ReluGrad", {"dz", "v"}, {"dy"}));
+    d.nodes.push_back(make_node(kOmtDomain, "BatchNormTrainingGrad", bn_in, {"dx", "ds", "db"}));
+    return d;
+  };
+  Graph d = grad({"dy", "x", "s"});
+  d.nodes.push_back(make_node("", "Neg", {"dy"}, {"ndy"}));
+  EXPECT_EQ(fuse_graph(d, {}, cpu_supports()).total(), 0);
+  d = grad({"dz", "dy", "s"});
+  EXPECT_EQ(fuse_graph(d, {}, cpu_supports()).total(), 0);
+  d = grad({"dy", "x", "s"});
+  EXPECT_EQ(fuse_graph(d, {"dy"}, cpu_supports()).total(), 0);
 }
 
 }  // namespace

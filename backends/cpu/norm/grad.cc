@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -38,13 +39,20 @@ ChannelView channel_view(const KernelInfo& info, const KernelContext& ctx, const
 // BatchNormTraining(X, scale, B, running_mean, running_var) -> Y, running_mean_new,
 // running_var_new, saved_mean, saved_invstd. Y uses the biased batch variance; the running
 // variance is updated with the unbiased one (as PyTorch does), with ONNX's momentum:
-// running = running * momentum + batch * (1 - momentum).
+// running = running * momentum + batch * (1 - momentum). FusedBatchNormTraining with
+// activation "Relu" writes Relu(Y) instead (Note [Fused batch normalisation] in
+// graph/fusion.cc).
 class BatchNormTrainingKernel : public OpKernel {
  public:
   explicit BatchNormTrainingKernel(const KernelInfo& info)
       : info_(info),
         epsilon_(info.attr().get_float("epsilon", 1e-5f)),
-        momentum_(info.attr().get_float("momentum", 0.9f)) {}
+        momentum_(info.attr().get_float("momentum", 0.9f)) {
+    const std::string activation = info.attr().get_string("activation", "");
+    OMT_CHECK(activation.empty() || activation == "Relu", kUnsupported, info.where(),
+              ": FusedBatchNormTraining supports activation 'Relu' only, got '", activation, "'");
+    relu_ = activation == "Relu";
+  }
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.in(0);
@@ -101,34 +109,55 @@ class BatchNormTrainingKernel : public OpKernel {
         coef_[static_cast<size_t>(v.c + ch)] = static_cast<double>(b);
       }
     }
+    if (relu_)
+      normalise<T, true>(px, y, v, columns);
+    else
+      normalise<T, false>(px, y, v, columns);
+  }
+
+  // Y = a x + b with coef_'s per-channel (or, for small maps, per-column) a and b; with RELU,
+  // Relu(Y) by the Relu kernel's expression (elementwise/unary.cc: NaN stays NaN).
+  template <class T, bool RELU>
+  void normalise(const T* px, T* y, const ChannelView& v, bool columns) const {
+    auto act = [](T t) { return RELU ? (t < T(0) ? T(0) : t) : t; };
     if (!columns) {
       for (int64_t bi = 0; bi < v.n; ++bi)
         for (int64_t ch = 0; ch < v.c; ++ch) {
           const int64_t off = (bi * v.c + ch) * v.inner;
           const T a = static_cast<T>(coef_[static_cast<size_t>(ch)]), b = static_cast<T>(coef_[static_cast<size_t>(v.c + ch)]);
-          for (int64_t i = 0; i < v.inner; ++i) y[off + i] = px[off + i] * a + b;
+          for (int64_t i = 0; i < v.inner; ++i) y[off + i] = act(px[off + i] * a + b);
         }
       return;
     }
+    const int64_t w = v.c * v.inner;
     const double *ca = coef_.data(), *cb = coef_.data() + w;
     for (int64_t bi = 0; bi < v.n; ++bi) {
       const T* r = px + bi * w;
       T* yr = y + bi * w;
-      for (int64_t j = 0; j < w; ++j) yr[j] = r[j] * static_cast<T>(ca[j]) + static_cast<T>(cb[j]);
+      for (int64_t j = 0; j < w; ++j) yr[j] = act(r[j] * static_cast<T>(ca[j]) + static_cast<T>(cb[j]));
     }
   }
 
   KernelInfo info_;
   double epsilon_, momentum_;
+  bool relu_ = false;
   std::vector<double> means_, vars_, coef_, work_;  // Note [Normalising small maps]: statistics, per-column a and b
 };
 
 // BatchNormTrainingGrad(dY, X, scale, saved_mean?, saved_invstd?) -> dX, dScale, dB for a
 // normalisation with batch statistics; without the saved statistics they are recomputed.
+// FusedBatchNormTrainingGrad(dZ, X, scale, saved_mean?, saved_invstd?, V, min?, max?) with
+// activation "Relu" or "Clip" takes dY = ReluGrad(dZ, V) or ClipGrad(dZ, V, min, max) (Note
+// [Fused batch normalisation] in graph/fusion.cc).
 class BatchNormTrainingGradKernel : public OpKernel {
  public:
   explicit BatchNormTrainingGradKernel(const KernelInfo& info)
-      : info_(info), epsilon_(info.attr().get_float("epsilon", 1e-5f)) {}
+      : info_(info), epsilon_(info.attr().get_float("epsilon", 1e-5f)) {
+    const std::string activation = info.attr().get_string("activation", "");
+    OMT_CHECK(activation.empty() || activation == "Relu" || activation == "Clip", kUnsupported, info.where(),
+              ": FusedBatchNormTrainingGrad supports activation 'Relu' or 'Clip', got '", activation, "'");
+    mask_ = activation == "Relu" ? GradMaskKind::kRelu : activation == "Clip" ? GradMaskKind::kClip : GradMaskKind::kNone;
+  }
 
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
@@ -137,10 +166,39 @@ class BatchNormTrainingGradKernel : public OpKernel {
     OMT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ",
               dy.describe(), " must match X ", x.describe());
     const ChannelView v = channel_view(info_, ctx, x, {2, 3, 4});
+    if (mask_ != GradMaskKind::kNone) {
+      const Tensor& value = ctx.in(5);
+      OMT_CHECK(value.shape() == dy.shape() && value.dtype() == dy.dtype(), kModel, info_.where(),
+                ": the activation's value ", value.describe(), " must match dZ ", dy.describe());
+      for (int i : {6, 7}) {
+        const Tensor* t = optional_input(ctx, i);
+        OMT_CHECK(!t || (t->numel() == 1 && t->dtype() == dy.dtype()), kModel, info_.where(), ": ",
+                  i == 6 ? "min" : "max", " must be a scalar of dZ's dtype ", dtype_name(dy.dtype()), ", got ",
+                  t ? t->describe() : std::string());
+      }
+    }
     OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx, dy, x, v));
   }
 
  private:
+  // The mask of a fused activation's gradient (none for BatchNormTrainingGrad), writing the
+  // masked dY into dX's buffer, or into `scratch` when dX is not wanted.
+  template <class T>
+  GradMask<T> grad_mask(KernelContext& ctx, T* dx, int64_t numel, std::vector<T>& scratch) const {
+    GradMask<T> m;
+    m.kind = mask_;
+    if (mask_ == GradMaskKind::kNone) return m;
+    m.v = ctx.in(5).data<T>();
+    // ClipGrad's bounds: absent ones are open; the values convert to T exactly (same dtype).
+    const Tensor* lo = optional_input(ctx, 6);
+    const Tensor* hi = optional_input(ctx, 7);
+    m.lo = lo ? static_cast<T>(lo->value_as_double(0)) : -std::numeric_limits<T>::infinity();
+    m.hi = hi ? static_cast<T>(hi->value_as_double(0)) : std::numeric_limits<T>::infinity();
+    if (!dx) scratch.resize(static_cast<size_t>(numel));
+    m.masked = dx ? dx : scratch.data();
+    return m;
+  }
+
   template <class T>
   void run(KernelContext& ctx, const Tensor& dyt, const Tensor& x, const ChannelView& v) {
     const T* scale = ctx.in(2).data<T>();
@@ -153,6 +211,7 @@ class BatchNormTrainingGradKernel : public OpKernel {
     T* db = output_wanted(info_, ctx, 2) ? ctx.output(2, x.dtype(), cs).template data<T>() : nullptr;
     const T* px = x.data<T>();
     const T* dy = dyt.data<T>();
+    const GradMask<T> mask = grad_mask<T>(ctx, dx, x.numel(), scratch<T>());
     const double count = static_cast<double>(v.n * v.inner);
     // The statistics, saved by the forward or made again: Note [Normalising small maps] row by
     // row, Note [Normalising in memory order] (norm/moments.h) in x's order.
@@ -172,11 +231,12 @@ class BatchNormTrainingGradKernel : public OpKernel {
         all_channel_moments(px, v.n, v.c, v.inner, mean_.data(), inv_.data());
       for (size_t ch = 0; ch < c; ++ch) inv_[ch] = 1.0 / std::sqrt(inv_[ch] + epsilon_);
     }
-    if (columns) return small_map<T>(dy, px, scale, v, dx, dscale, db);
-    // The sums, then dX, in x's order.
+    if (columns) return small_map<T>(dy, px, scale, v, dx, dscale, db, mask);
+    // The sums, then dX, in x's order; a fused activation's masked dY is in mask.masked by then.
     work_.resize(5 * c);
     double *sum_dy = work_.data(), *sum_dy_xmu = sum_dy + c, *ka = sum_dy_xmu + c, *k1 = ka + c, *k2 = k1 + c;
-    all_channel_grad_sums(dy, px, v.n, v.c, v.inner, mean_.data(), sum_dy, sum_dy_xmu);
+    all_channel_grad_sums(dy, px, v.n, v.c, v.inner, mean_.data(), sum_dy, sum_dy_xmu, mask);
+    if (mask.masked) dy = mask.masked;
     for (size_t ch = 0; ch < c; ++ch) {
       const double inv = inv_[ch];
       if (db) db[ch] = static_cast<T>(sum_dy[ch]);
@@ -193,6 +253,10 @@ class BatchNormTrainingGradKernel : public OpKernel {
         const int64_t off = (bi * v.c + static_cast<int64_t>(ch)) * v.inner;
         const T a = static_cast<T>(ka[ch]), c1 = static_cast<T>(k1[ch]), c2 = static_cast<T>(k2[ch]);
         const T mu = static_cast<T>(mean_[ch]);
+        // `omp simd`: dy may be dx itself (a fused activation's masked gradient), which the
+        // compiler's overlap check would otherwise send down a scalar loop. Each element
+        // reads its own position only.
+#pragma omp simd
         for (int64_t i = 0; i < v.inner; ++i) dx[off + i] = dy[off + i] * a - c1 - (px[off + i] - mu) * c2;
       }
   }
@@ -200,22 +264,20 @@ class BatchNormTrainingGradKernel : public OpKernel {
   // Note [Normalising small maps] (norm/moments.h): the same sums and dX, row by row with
   // per-column coefficients, from the statistics in mean_ and inv_.
   template <class T>
-  void small_map(const T* dy, const T* px, const T* scale, const ChannelView& v, T* dx, T* dscale, T* db) {
+  void small_map(const T* dy, const T* px, const T* scale, const ChannelView& v, T* dx, T* dscale, T* db,
+                 const GradMask<T>& mask) {
     const size_t c = static_cast<size_t>(v.c), inner = static_cast<size_t>(v.inner), w = c * inner;
     // Per column: the channel's mean, then the sums of dY and dY (x - mean).
     work_.resize(3 * w);
     double *col_mean = work_.data(), *sum_dy = col_mean + w, *sum_dy_xmu = sum_dy + w;
     for (size_t j = 0; j < w; ++j) col_mean[j] = mean_[j / inner];
     std::fill(sum_dy, sum_dy + 2 * w, 0.0);
-    for (int64_t b = 0; b < v.n; ++b) {
-      const T* g = dy + b * static_cast<int64_t>(w);
-      const T* r = px + b * static_cast<int64_t>(w);
-#pragma omp simd
-      for (size_t j = 0; j < w; ++j) {
-        sum_dy[j] += static_cast<double>(g[j]);
-        sum_dy_xmu[j] += static_cast<double>(g[j]) * (static_cast<double>(r[j]) - col_mean[j]);
-      }
+    switch (mask.kind) {
+      case GradMaskKind::kNone: column_grad_sums<GradMaskKind::kNone>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask); break;
+      case GradMaskKind::kRelu: column_grad_sums<GradMaskKind::kRelu>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask); break;
+      case GradMaskKind::kClip: column_grad_sums<GradMaskKind::kClip>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask); break;
     }
+    if (mask.masked) dy = mask.masked;
     const double count = static_cast<double>(v.n * v.inner);
     std::vector<T>& coef = coefficients<T>();
     coef.resize(4 * w);
@@ -241,8 +303,41 @@ class BatchNormTrainingGradKernel : public OpKernel {
       const T* g = dy + b * static_cast<int64_t>(w);
       const T* r = px + b * static_cast<int64_t>(w);
       T* o = dx + b * static_cast<int64_t>(w);
+#pragma omp simd  // g may be o (as in run())
       for (size_t j = 0; j < w; ++j) o[j] = g[j] * a[j] - c1[j] - (r[j] - mu[j]) * c2[j];
     }
+  }
+
+  // Per column j of the n rows of w: the sums of dY and dY (x - mean), dY masked as in
+  // all_channel_grad_sums_impl (norm/moments.h).
+  template <GradMaskKind K, class T>
+  static void column_grad_sums(const T* dy, const T* px, int64_t n, size_t w, const double* col_mean, double* sum_dy,
+                               double* sum_dy_xmu, const GradMask<T>& mask) {
+    const T lo = mask.lo, hi = mask.hi;
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t off = b * static_cast<int64_t>(w);
+      const T* g = dy + off;
+      const T* r = px + off;
+      if constexpr (K != GradMaskKind::kNone) {  // the masked row first, as all_channel_grad_sums_impl
+        const T* val = mask.v + off;
+        T* out = mask.masked + off;
+#pragma omp simd
+        for (size_t j = 0; j < w; ++j) out[j] = masked_grad<K>(g[j], val[j], lo, hi);
+        g = out;
+      }
+#pragma omp simd
+      for (size_t j = 0; j < w; ++j) {
+        const T gm = g[j];
+        sum_dy[j] += static_cast<double>(gm);
+        sum_dy_xmu[j] += static_cast<double>(gm) * (static_cast<double>(r[j]) - col_mean[j]);
+      }
+    }
+  }
+
+  template <class T>
+  std::vector<T>& scratch() {
+    if constexpr (std::is_same_v<T, float>) return scratch32_;
+    else return scratch64_;
   }
 
   template <class T>
@@ -256,6 +351,9 @@ class BatchNormTrainingGradKernel : public OpKernel {
   std::vector<double> mean_, inv_, work_;  // Note [Normalising small maps]: statistics and per-column sums
   std::vector<float> coef32_;              // and its per-column dX coefficients, by dtype
   std::vector<double> coef64_;
+  GradMaskKind mask_ = GradMaskKind::kNone;  // Note [Fused batch normalisation]
+  std::vector<float> scratch32_;             // a fused activation's masked dY when dX is not wanted
+  std::vector<double> scratch64_;
 };
 
 // BatchNormInferenceGrad(dY, X, scale, mean, var) -> dX, dScale, dB, dMean, dVar for
@@ -452,6 +550,8 @@ class LayerNormGradKernel : public OpKernel {
 
 OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "BatchNormTraining", BatchNormTrainingKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "BatchNormTrainingGrad", BatchNormTrainingGradKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "FusedBatchNormTraining", BatchNormTrainingKernel);
+OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "FusedBatchNormTrainingGrad", BatchNormTrainingGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "BatchNormInferenceGrad", BatchNormInferenceGradKernel);
 OMT_REGISTER_CPU_KERNEL_DOMAIN("com.onnx-mirror", "LayerNormalizationGrad", LayerNormGradKernel);
 
