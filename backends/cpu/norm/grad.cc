@@ -494,22 +494,9 @@ class LayerNormGradKernel : public OpKernel {
         }
         inv = 1.0 / std::sqrt(var + epsilon_);
       }
-      const T mu = static_cast<T>(mean), iv = static_cast<T>(inv);
-      double sum_g = 0.0, sum_g_xhat = 0.0;
-#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
-      for (int64_t i = 0; i < inner; ++i) {
-        const T xhat = (xr[i] - mu) * iv;
-        const T g = gr[i] * scale[i];
-        sum_g += static_cast<double>(g);
-        sum_g_xhat += static_cast<double>(g * xhat);
-        if (want_ds) ds[i] += gr[i] * xhat;
-        if (want_db) dbias[i] += gr[i];
-      }
-      if (!dx) continue;
-      const T c1 = static_cast<T>(sum_g / static_cast<double>(inner));
-      const T c2 = static_cast<T>(sum_g_xhat / static_cast<double>(inner));
-      T* dr = dx + o * inner;
-      for (int64_t i = 0; i < inner; ++i) dr[i] = iv * (gr[i] * scale[i] - c1 - (xr[i] - mu) * iv * c2);
+      // Note [Layer normalisation's gradient rows] (norm/moments.h).
+      layer_norm_grad_row(xr, gr, scale.data(), inner, static_cast<T>(mean), static_cast<T>(inv),
+                          want_ds ? ds.data() : nullptr, want_db ? dbias.data() : nullptr, dx ? dx + o * inner : nullptr);
     }
     if (want_ds) reduce_to(ctx, 1, ds, inner_shape, scale_t.shape(), x.dtype());
     if (want_db) reduce_to(ctx, 2, dbias, inner_shape, b_t->shape(), x.dtype());

@@ -29,6 +29,11 @@ OMT_AVX2_TARGET void all_channel_grad_sums_avx2(const float* dy, const float* x,
   }
 }
 
+OMT_AVX2_TARGET void layer_norm_grad_row_avx2(const float* x, const float* dy, const float* scale, int64_t inner,
+                                              float mu, float iv, float* ds, float* db, float* dx) {
+  layer_norm_grad_row_impl(x, dy, scale, inner, mu, iv, ds, db, dx);
+}
+
 #endif
 
 }  // namespace omt::cpu

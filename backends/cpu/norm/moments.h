@@ -185,6 +185,53 @@ inline void block_moments(const T* x, int64_t blocks, int64_t stride, int64_t le
 }
 
 
+// Note [Layer normalisation's gradient rows]: per row of LayerNormalizationGrad (norm/grad.cc),
+// with xhat = (x - mean) inv and g = dY scale: the sums of g and g xhat (double), then dScale
+// += dY xhat and dB += dY (T, over rows; either may be null) in loops of their own, then
+// dX = inv (g - mean(g) - xhat mean(g xhat)). One loop doing all of it, with the accumulations
+// behind branches, ran at 2 ns an element on BERT-mini's 256-wide rows, 3.5x the forward's
+// time; the float32 rows also run as AVX2 clones (Note [AVX2 clones]).
+template <class T>
+OMT_ALWAYS_INLINE void layer_norm_grad_row_impl(const T* x, const T* dy, const T* scale, int64_t inner, T mu, T iv,
+                                                T* ds, T* db, T* dx) {
+  double sum_g = 0.0, sum_g_xhat = 0.0;
+#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
+  for (int64_t i = 0; i < inner; ++i) {
+    const T xhat = (x[i] - mu) * iv;
+    const T g = dy[i] * scale[i];
+    sum_g += static_cast<double>(g);
+    sum_g_xhat += static_cast<double>(g * xhat);
+  }
+  if (ds) {
+#pragma omp simd
+    for (int64_t i = 0; i < inner; ++i) ds[i] += dy[i] * ((x[i] - mu) * iv);
+  }
+  if (db) {
+#pragma omp simd
+    for (int64_t i = 0; i < inner; ++i) db[i] += dy[i];
+  }
+  if (!dx) return;
+  const T c1 = static_cast<T>(sum_g / static_cast<double>(inner));
+  const T c2 = static_cast<T>(sum_g_xhat / static_cast<double>(inner));
+#pragma omp simd
+  for (int64_t i = 0; i < inner; ++i) dx[i] = iv * (dy[i] * scale[i] - c1 - (x[i] - mu) * iv * c2);
+}
+
+#ifdef OMT_AVX2_CLONES
+void layer_norm_grad_row_avx2(const float* x, const float* dy, const float* scale, int64_t inner, float mu, float iv,
+                              float* ds, float* db, float* dx);
+#endif
+
+template <class T>
+inline void layer_norm_grad_row(const T* x, const T* dy, const T* scale, int64_t inner, T mu, T iv, T* ds, T* db,
+                                T* dx) {
+#ifdef OMT_AVX2_CLONES
+  if constexpr (std::is_same_v<T, float>)
+    if (use_avx2_clones()) return layer_norm_grad_row_avx2(x, dy, scale, inner, mu, iv, ds, db, dx);
+#endif
+  layer_norm_grad_row_impl(x, dy, scale, inner, mu, iv, ds, db, dx);
+}
+
 // Note [Normalising small maps]: all_channel_moments reads a channel as n strided blocks of
 // `inner` elements, a loop per block; on maps of a few positions that loop is all overhead
 // (ResNet-18's 512-channel layer4 normalisations on 1x1 maps at batch 32: 8.5 ns an
