@@ -428,12 +428,17 @@ TEST(ThinConvGrad, WeightAndBiasGradientsMatchTheOneDnnPath) {
 
 Tensor in_dtype(const Tensor& t, DType dtype) { return dtype == DType::kFloat64 ? to_f64(t) : t; }
 
-// Every output of `fused` (after fuse_graph, which must have made one node of two) is bit for
-// bit that of `g`.
-void expect_same_outputs(const Graph& g, const Graph& fused, const NamedTensors& feeds) {
-  ASSERT_EQ(fused.nodes.size(), g.nodes.size() - 1);
+// fuse_graph makes one `op` node (counted in `count`) of the two nodes of `g`, and every
+// output of the fused graph, returned, is bit for bit that of `g`.
+Graph expect_fuses_to(const Graph& g, const NamedTensors& feeds, const std::string& op, int FusionCounts::*count) {
+  Graph fused = g;
+  EXPECT_EQ(fuse_graph(fused, {}, cpu_supports()).*count, 1);
+  EXPECT_EQ(fused.nodes.size(), 1u);
+  if (fused.nodes.size() != 1u) return fused;
+  EXPECT_EQ(fused.nodes[0].op_type, op);
   const NamedTensors want = run_all(g, feeds), got = run_all(fused, feeds);
   for (const auto& o : g.outputs) EXPECT_TRUE(tensors_identical(got.at(o.name), want.at(o.name))) << o.name;
+  return fused;
 }
 
 void expect_batchnorm_relu_fuses(const Shape& xs, DType dtype) {
@@ -457,11 +462,7 @@ void expect_batchnorm_relu_fuses(const Shape& xs, DType dtype) {
   Tensor rv = random_tensor({c}, 15);
   for (int64_t i = 0; i < c; ++i) rv.data<float>()[i] = 1.0f + std::abs(rv.data<float>()[i]);
   feeds.set("rv", in_dtype(rv, dtype));
-  Graph fused = g;
-  EXPECT_EQ(fuse_graph(fused, {}, cpu_supports()).batchnorm_relu, 1);
-  ASSERT_EQ(fused.nodes.size(), 1u);
-  EXPECT_EQ(fused.nodes[0].op_type, "FusedBatchNormTraining");
-  expect_same_outputs(g, fused, feeds);
+  const Graph fused = expect_fuses_to(g, feeds, "FusedBatchNormTraining", &FusionCounts::batchnorm_relu);
   const Tensor z = run_all(fused, feeds).at("z");
   int64_t zeros = 0, nans = 0;
   for (int64_t i = 0; i < z.numel(); ++i) {
@@ -535,11 +536,7 @@ void expect_batchnorm_grad_fuses(const MaskedGradCase& k, DType dtype) {
   Tensor lo = Tensor::scalar<float>(0.0f), hi = Tensor::scalar<float>(6.0f);
   feeds.set("lo", in_dtype(lo, dtype));
   feeds.set("hi", in_dtype(hi, dtype));
-  Graph fused = g;
-  EXPECT_EQ(fuse_graph(fused, {}, cpu_supports()).batchnorm_grad_mask, 1);
-  ASSERT_EQ(fused.nodes.size(), 1u);
-  EXPECT_EQ(fused.nodes[0].op_type, "FusedBatchNormTrainingGrad");
-  expect_same_outputs(g, fused, feeds);
+  expect_fuses_to(g, feeds, "FusedBatchNormTrainingGrad", &FusionCounts::batchnorm_grad_mask);
 }
 
 TEST(FusedBatchNormTrainingGrad, EqualsMaskThenBatchNormGrad) {

@@ -19,14 +19,7 @@ OMT_AVX2_TARGET void all_channel_moments_avx2(const float* x, int64_t n, int64_t
 OMT_AVX2_TARGET void all_channel_grad_sums_avx2(const float* dy, const float* x, int64_t n, int64_t c, int64_t inner,
                                                 const double* mean, double* sum_dy, double* sum_dy_xmu,
                                                 const GradMask<float>& mask) {
-  switch (mask.kind) {
-    case GradMaskKind::kNone:
-      return all_channel_grad_sums_impl<GradMaskKind::kNone>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-    case GradMaskKind::kRelu:
-      return all_channel_grad_sums_impl<GradMaskKind::kRelu>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-    case GradMaskKind::kClip:
-      return all_channel_grad_sums_impl<GradMaskKind::kClip>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-  }
+  all_channel_grad_sums_by_mask(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
 }
 
 OMT_AVX2_TARGET void layer_norm_grad_row_avx2(const float* x, const float* dy, const float* scale, int64_t inner,

@@ -137,6 +137,21 @@ OMT_ALWAYS_INLINE void all_channel_grad_sums_impl(const T* dy, const T* x, int64
     }
 }
 
+// all_channel_grad_sums_impl for the mask's kind.
+template <class T>
+OMT_ALWAYS_INLINE void all_channel_grad_sums_by_mask(const T* dy, const T* x, int64_t n, int64_t c, int64_t inner,
+                                                     const double* mean, double* sum_dy, double* sum_dy_xmu,
+                                                     const GradMask<T>& mask) {
+  switch (mask.kind) {
+    case GradMaskKind::kNone:
+      return all_channel_grad_sums_impl<GradMaskKind::kNone>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
+    case GradMaskKind::kRelu:
+      return all_channel_grad_sums_impl<GradMaskKind::kRelu>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
+    case GradMaskKind::kClip:
+      return all_channel_grad_sums_impl<GradMaskKind::kClip>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
+  }
+}
+
 #ifdef OMT_AVX2_CLONES
 void all_channel_moments_avx2(const float* x, int64_t n, int64_t c, int64_t inner, double* mean, double* var);
 void all_channel_grad_sums_avx2(const float* dy, const float* x, int64_t n, int64_t c, int64_t inner,
@@ -161,14 +176,7 @@ inline void all_channel_grad_sums(const T* dy, const T* x, int64_t n, int64_t c,
   if constexpr (std::is_same_v<T, float>)
     if (use_avx2_clones()) return all_channel_grad_sums_avx2(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
 #endif
-  switch (mask.kind) {
-    case GradMaskKind::kNone:
-      return all_channel_grad_sums_impl<GradMaskKind::kNone>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-    case GradMaskKind::kRelu:
-      return all_channel_grad_sums_impl<GradMaskKind::kRelu>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-    case GradMaskKind::kClip:
-      return all_channel_grad_sums_impl<GradMaskKind::kClip>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-  }
+  all_channel_grad_sums_by_mask(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
 }
 
 #ifdef OMT_AVX2_CLONES
