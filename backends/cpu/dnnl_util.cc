@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "backends/cpu/avx2_clones.h"
 #include "common/parameter_versions.h"
@@ -34,6 +36,33 @@ void dnnl_set_num_threads(int n) {
   if (n <= 0 || n == current || omp_set_num_threads == nullptr) return;
   omp_set_num_threads(n);
   current = n;
+}
+
+dnnl::memory CallScratch::add(const dnnl::memory::desc& md) {
+  constexpr size_t kAlign = 64;  // oneDNN's own allocations' alignment
+  dnnl::memory m(md, dnnl_engine(), nullptr);
+  parts_.emplace_back(m, bytes_);
+  bytes_ += (md.get_size() + kAlign - 1) / kAlign * kAlign;
+  return m;
+}
+
+void CallScratch::bind() {
+  // Note [Call scratch]: one buffer per host thread, grown (never shrunk) to the largest call.
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.bytes < bytes_) {
+    std::free(buffer.data);
+    buffer.bytes = 0;
+    buffer.data = std::aligned_alloc(4096, (bytes_ + 4095) / 4096 * 4096);
+    if (buffer.data == nullptr) throw std::bad_alloc();
+    buffer.bytes = bytes_;
+  }
+  char* base = static_cast<char*>(buffer.data);
+  for (auto& [m, offset] : parts_) m.set_data_handle(base + offset);
 }
 
 dnnl::memory::data_type dnnl_data_type(DType dtype) {

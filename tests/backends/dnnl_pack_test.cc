@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "backends/cpu/dnnl_util.h"
 
@@ -148,6 +149,35 @@ TEST(WinogradWeights, WriteWhatOneDnnsReorderWrites) {
   const md big = winograd_weights(32, 256, 256, 8, 1);
   EXPECT_FALSE(WinogradWeights::make(md({256, 256, 3, 3}, dt::f32, tag::oihw), big));
   EXPECT_FALSE(WinogradWeights::make(md({64, 64, 3, 3}, dt::f32, tag::oihw), md({64, 64, 3, 3}, dt::f32, tag::OIhw16i16o)));
+}
+
+// Note [Call scratch]: a kernel's temporaries lie side by side, aligned, in its thread's
+// buffer, which grows for a larger kernel; another thread (another replica) gets a buffer of
+// its own, so replicas running at once never share one.
+TEST(CallScratch, LaysOutEachKernelsTemporariesInItsThreadsBuffer) {
+  auto bytes_of = [](int64_t floats) { return md({floats}, dt::f32, tag::a); };
+  CallScratch small, large;
+  dnnl::memory a = small.add(bytes_of(10)), b = small.add(bytes_of(1000)), c = small.add(bytes_of(3));
+  dnnl::memory big = large.add(bytes_of(1 << 20));
+  EXPECT_EQ(small.bytes(), 64u + 4032u + 64u);  // 40, 4000 and 12 bytes, each rounded up to 64
+  small.bind();
+  auto at = [](const dnnl::memory& m) { return reinterpret_cast<uintptr_t>(m.get_data_handle()); };
+  EXPECT_EQ(at(a) % 4096, 0u);
+  EXPECT_EQ(at(b), at(a) + 64);
+  EXPECT_EQ(at(c), at(a) + 64 + 4032);
+  std::memset(a.get_data_handle(), 1, 40);  // the buffer is there to write
+  std::memset(b.get_data_handle(), 2, 4000);
+  large.bind();  // grows the thread's buffer; `small` points into it again when it binds
+  std::memset(big.get_data_handle(), 3, 4u << 20);
+  small.bind();
+  EXPECT_EQ(at(a), at(big));
+  uintptr_t other = 0;
+  std::thread([&] {
+    small.bind();
+    other = at(a);
+    std::memset(a.get_data_handle(), 4, 40);
+  }).join();
+  EXPECT_NE(other, at(big));  // that thread's own buffer (freed when it ended)
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ struct DnnlConv {
   dnnl::memory user_src, user_wei, user_bias, user_dst;  // over the tensors' buffers
   dnnl::memory src, wei, dst;                            // the primitive's layouts
   dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
+  CallScratch scratch;      // src, dst and scratchpad, in the thread's buffer (Note [Call scratch])
   dnnl::reorder src_reorder, wei_reorder, dst_reorder;
   bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;
   bool relu_after = false;  // FusedConv's Relu as a pass after the primitive
@@ -206,7 +207,7 @@ class ConvKernel : public OpKernel {
       e.relu_after = relu_ && thin;
       dnnl::engine& eng = dnnl_engine();
       e.prim = dnnl::convolution_forward(pd);
-      e.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+      e.scratchpad = e.scratch.add(pd.scratchpad_desc());
       e.user_src = dnnl::memory(user_src, eng, nullptr);
       e.user_wei = dnnl::memory(user_wei, eng, nullptr);
       e.user_dst = dnnl::memory(user_dst, eng, nullptr);
@@ -216,7 +217,7 @@ class ConvKernel : public OpKernel {
       e.reorder_wei = pd.weights_desc() != user_wei;
       e.reorder_dst = pd.dst_desc() != user_dst;
       if (e.reorder_src) {
-        e.src = dnnl::memory(pd.src_desc(), eng);
+        e.src = e.scratch.add(pd.src_desc());
         e.src_reorder = dnnl::reorder(e.user_src, e.src);
       }
       if (e.reorder_wei) {
@@ -233,7 +234,7 @@ class ConvKernel : public OpKernel {
         if (!e.pack_wei) e.wei_reorder = dnnl::reorder(e.user_wei, e.wei);
       }
       if (e.reorder_dst) {
-        e.dst = dnnl::memory(pd.dst_desc(), eng);
+        e.dst = e.scratch.add(pd.dst_desc());
         e.dst_reorder = dnnl::reorder(e.dst, e.user_dst);
       }
       return e;
@@ -243,6 +244,7 @@ class ConvKernel : public OpKernel {
   void run(DnnlConv& e, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
     dnnl_set_num_threads(info_.num_threads);
     dnnl::stream& st = dnnl_stream();
+    e.scratch.bind();
     e.user_src.set_data_handle(const_cast<void*>(x.raw()));
     e.user_wei.set_data_handle(const_cast<void*>(w.raw()));
     e.user_dst.set_data_handle(y.raw());

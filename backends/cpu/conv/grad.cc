@@ -24,14 +24,15 @@ struct Port {
   dnnl::reorder reorder;
   bool needs_reorder = false, round_bf16 = false;
 
-  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input,
+  // The primitive's layout, where it differs, is a temporary in `scratch` (Note [Call scratch]).
+  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input, CallScratch& scratch,
             bool round = false) {
     dnnl::engine& eng = dnnl_engine();
     user = dnnl::memory(user_md, eng, nullptr);
     round_bf16 = round;
     needs_reorder = round || prim_md != user_md;
     if (!needs_reorder) return;
-    mem = dnnl::memory(prim_md, eng);
+    mem = scratch.add(prim_md);
     reorder = input ? dnnl::reorder(user, mem) : dnnl::reorder(mem, user);
   }
   // Binds the tensor's buffer and returns the memory the primitive uses.
@@ -133,6 +134,7 @@ struct ConvBackward {
   std::shared_ptr<SharedWeightReorder> shared_w;  // Note [Parameter versions]: the step's one reorder of W
   dnnl::memory shared_w_mem;                      // over its buffer
   dnnl::memory data_scratch, wei_scratch;  // their own (user_scratchpad_attr in dnnl_util.h)
+  CallScratch scratch;  // the ports' layouts and the scratchpads, in the thread's buffer (Note [Call scratch])
 };
 
 class ConvGradKernel : public OpKernel {
@@ -379,15 +381,15 @@ class ConvGradKernel : public OpKernel {
         const dnnl::convolution_backward_data::primitive_desc pd(
             dnnl::convolution_backward_data::desc(data_math.alg, any_x, in.w, in.y, s, dil, pb, pe),
             user_scratchpad_attr(), eng, in.hint);
-        e.data_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
+        e.data_scratch = e.scratch.add(pd.scratchpad_desc());
         e.data = dnnl::convolution_backward_data(pd);
-        e.data_dy.init(user_y, pd.diff_dst_desc(), true);
-        e.data_w.init(user_w, pd.weights_desc(), true);
+        e.data_dy.init(user_y, pd.diff_dst_desc(), true, e.scratch);
+        e.data_w.init(user_w, pd.weights_desc(), true, e.scratch);
         if (e.data_w.needs_reorder) {
           e.shared_w = std::make_shared<SharedWeightReorder>(user_w, pd.weights_desc());
           e.shared_w_mem = dnnl::memory(pd.weights_desc(), eng, nullptr);
         }
-        e.data_dx.init(user_x, pd.diff_src_desc(), false);
+        e.data_dx.init(user_x, pd.diff_src_desc(), false, e.scratch);
         e.has_data = true;
       }
       if (want_dw) {
@@ -407,11 +409,11 @@ class ConvGradKernel : public OpKernel {
           e.has_weights = true;
           return e;
         }
-        e.wei_scratch = dnnl::memory(pd.scratchpad_desc(), eng);
+        e.wei_scratch = e.scratch.add(pd.scratchpad_desc());
         e.weights = dnnl::convolution_backward_weights(pd);
-        e.wei_dy.init(user_y, pd.diff_dst_desc(), true, weights_math.round_bf16);
-        e.wei_x.init(user_x, pd.src_desc(), true, weights_math.round_bf16);
-        e.wei_dw.init(user_w, pd.diff_weights_desc(), false);
+        e.wei_dy.init(user_y, pd.diff_dst_desc(), true, e.scratch, weights_math.round_bf16);
+        e.wei_x.init(user_x, pd.src_desc(), true, e.scratch, weights_math.round_bf16);
+        e.wei_dw.init(user_w, pd.diff_weights_desc(), false, e.scratch);
         e.has_weights = true;
         e.shared_dy = e.has_data && e.data_dy.needs_reorder && e.wei_dy.needs_reorder && !weights_math.round_bf16 &&
                       pd.diff_dst_desc() == e.data_dy.mem.get_desc();
@@ -424,6 +426,7 @@ class ConvGradKernel : public OpKernel {
            Tensor* dw) {
     dnnl_set_num_threads(info_.num_threads);
     dnnl::stream& st = dnnl_stream();
+    e.scratch.bind();
     const bool dy_pulled = dx && e.has_data;
     if (dx && e.has_data) {
       dnnl::memory& ddst = e.data_dy.bind(dy.raw());
