@@ -79,6 +79,9 @@ class ShapeCache {
 // temporaries out when it creates its primitives (add) and points them into the calling
 // thread's buffer, grown to fit, at the start of every call (bind). Every byte of them is
 // written (reorders and primitives write their padding too) before it is read within a call.
+// So between its bind and its last use a kernel must call nothing else that binds (the
+// convolutions' weight transforms and shared reorders keep buffers of their own). Conv,
+// ConvGrad and the oneDNN matmul of MatMul and Gemm use it.
 class CallScratch {
  public:
   // Room for a memory of `md` in this kernel's layout; the memory has no buffer until bind().

@@ -84,9 +84,11 @@ struct DnnlMatMul {
   dnnl::memory src16, wei16;  // bf16: the primitive's operands
   dnnl::reorder to_src16, to_wei16;
   dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
+  CallScratch scratch;      // the scratchpad and the bf16 operands, in the thread's buffer (Note [Call scratch])
   bool has_bias = false, bf16 = false;
 
   void run(const void* a, const void* b, void* y, const void* c, int num_threads) {
+    scratch.bind();
     src.set_data_handle(const_cast<void*>(a));
     wei.set_data_handle(const_cast<void*>(b));
     dst.set_data_handle(y);
@@ -126,13 +128,13 @@ DnnlMatMul make_matmul(const std::string& where, const dnnl::memory::desc& src,
                                       : dnnl::matmul::desc(src_p, wei_p, dst);
     const dnnl::matmul::primitive_desc pd(d, user_scratchpad_attr(attr), eng);
     m.prim = dnnl::matmul(pd);
-    m.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+    m.scratchpad = m.scratch.add(pd.scratchpad_desc());
     m.src = dnnl::memory(src, eng, nullptr);
     m.wei = dnnl::memory(wei, eng, nullptr);
     m.dst = dnnl::memory(dst, eng, nullptr);
     if (m.bf16) {
-      m.src16 = dnnl::memory(src_p, eng);
-      m.wei16 = dnnl::memory(wei_p, eng);
+      m.src16 = m.scratch.add(src_p);
+      m.wei16 = m.scratch.add(wei_p);
       m.to_src16 = dnnl::reorder(m.src, m.src16);
       m.to_wei16 = dnnl::reorder(m.wei, m.wei16);
     }
