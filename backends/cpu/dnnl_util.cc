@@ -41,7 +41,9 @@ void dnnl_set_num_threads(int n) {
 dnnl::memory CallScratch::add(const dnnl::memory::desc& md) {
   constexpr size_t kAlign = 64;  // oneDNN's own allocations' alignment
   dnnl::memory m(md, dnnl_engine(), nullptr);
-  parts_.emplace_back(m, bytes_);
+  bool padded = false;
+  for (int i = 0; i < md.data.ndims; ++i) padded |= md.data.padded_dims[i] != md.data.dims[i];
+  parts_.push_back({m, bytes_, padded});
   bytes_ += (md.get_size() + kAlign - 1) / kAlign * kAlign;
   return m;
 }
@@ -62,7 +64,11 @@ void CallScratch::bind() {
     buffer.bytes = bytes_;
   }
   char* base = static_cast<char*>(buffer.data);
-  for (auto& [m, offset] : parts_) m.set_data_handle(base + offset);
+  for (Part& p : parts_) {
+    p.memory.set_data_handle(base + p.offset);
+    // Another kernel's temporaries may have left anything in the padding since.
+    if (p.padded) std::memset(base + p.offset, 0, p.memory.get_desc().get_size());
+  }
 }
 
 dnnl::memory::data_type dnnl_data_type(DType dtype) {

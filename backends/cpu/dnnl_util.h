@@ -77,9 +77,14 @@ class ShapeCache {
 // 382 MB over ResNet-18's, most of it Winograd's scratchpads. They now live in one buffer per
 // host thread, since a replica's kernels run one at a time on its thread: a kernel lays its
 // temporaries out when it creates its primitives (add) and points them into the calling
-// thread's buffer, grown to fit, at the start of every call (bind). Every byte of them is
-// written (reorders and primitives write their padding too) before it is read within a call.
-// So between its bind and its last use a kernel must call nothing else that binds (the
+// thread's buffer, grown to fit, at the start of every call (bind). Other kernels' values
+// lie there in between. oneDNN's primitives may assume that the padding of a padded blocked
+// layout (channels not a multiple of the block) is zero and need only preserve it; memory it
+// allocates starts so, but set_data_handle leaves the new buffer as it is (oneDNN 2.6; its
+// reorders and the convolutions tried do write zeros there, which is not promised). So bind
+// zeroes such a memory before every call; the rest of every temporary is written by the
+// reorder or primitive that produces it before it is read. Between its bind and its last
+// use a kernel must call nothing else that binds (the
 // convolutions' weight transforms and shared reorders keep buffers of their own). Conv,
 // ConvGrad and the oneDNN matmul of MatMul and Gemm use it.
 class CallScratch {
@@ -93,7 +98,12 @@ class CallScratch {
   size_t bytes() const { return bytes_; }
 
  private:
-  std::vector<std::pair<dnnl::memory, size_t>> parts_;  // a memory and its offset
+  struct Part {
+    dnnl::memory memory;
+    size_t offset = 0;
+    bool padded = false;  // a blocked layout with padding, zeroed at every bind
+  };
+  std::vector<Part> parts_;
   size_t bytes_ = 0;
 };
 

@@ -180,5 +180,23 @@ TEST(CallScratch, LaysOutEachKernelsTemporariesInItsThreadsBuffer) {
   EXPECT_NE(other, at(big));  // that thread's own buffer (freed when it ended)
 }
 
+// Note [Call scratch]: a blocked copy of 3 channels in 16-channel blocks, bound over bytes
+// another kernel left there, reads zeros in its 13 padded channels (oneDNN's primitives may
+// assume them zero; its set_data_handle does not make them so).
+TEST(CallScratch, BindingZeroesThePaddingOfPaddedLayouts) {
+  CallScratch dirty, padded;
+  dnnl::memory junk = dirty.add(md({4096}, dt::f32, tag::a));
+  const md blocked({2, 3, 4, 4}, dt::f32, tag::aBcd16b);  // 2 x 16 x 4 x 4 floats, 13 channels padding
+  dnnl::memory m = padded.add(blocked);
+  dirty.bind();
+  std::fill_n(static_cast<float*>(junk.get_data_handle()), 4096, 7.0f);
+  padded.bind();
+  ASSERT_EQ(m.get_data_handle(), junk.get_data_handle());  // the same bytes
+  const float* p = static_cast<const float*>(m.get_data_handle());
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t pos = 0; pos < 16; ++pos)
+      for (int64_t c = 3; c < 16; ++c) EXPECT_EQ(p[(n * 16 + pos) * 16 + c], 0.0f) << n << " " << pos << " " << c;
+}
+
 }  // namespace
 }  // namespace omt::cpu

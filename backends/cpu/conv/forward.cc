@@ -46,7 +46,7 @@ struct DnnlConv {
   dnnl::convolution_forward prim;
   dnnl::memory user_src, user_wei, user_bias, user_dst;  // over the tensors' buffers
   dnnl::memory src, wei, dst;                            // the primitive's layouts
-  dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
+  dnnl::memory scratchpad;  // user_scratchpad_attr in dnnl_util.h; in `scratch`
   CallScratch scratch;      // src, dst and scratchpad, in the thread's buffer (Note [Call scratch])
   dnnl::reorder src_reorder, wei_reorder, dst_reorder;
   bool reorder_src = false, reorder_wei = false, reorder_dst = false, has_bias = false;

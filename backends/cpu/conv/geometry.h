@@ -76,8 +76,9 @@ constexpr int64_t kWinogradForwardPositions = 1024, kWinogradForwardPositionsSlo
 // them; only the summation differs, by Winograd's transforms. Its data gradient stays on the
 // bfloat16 direct kernel, faster on 4x4 maps (0.90 against 1.08 ms) and on the CNN's
 // unpadded conv2 (2.68 against 4.72), level elsewhere, and so does the forward (layer1 at
-// batch 32: 0.61 ms bfloat16 direct, 0.56 float32 Winograd before its weights' transform). ResNet-18 bf16, 5 interleaved pairs: 1
-// replica 76.0 -> 75.1 ms a step, 2 replicas 44.9 -> 43.9; the CNN's 2 replicas 20.5 -> 20.0.
+// batch 32: 0.61 ms bfloat16 direct, 0.56 float32 Winograd before its weights' transform).
+// ResNet-18 bf16, 5 interleaved pairs: 1 replica 76.0 -> 75.1 ms a step, 2 replicas 44.9 ->
+// 43.9; the CNN's 2 replicas 20.5 -> 20.0.
 
 inline bool winograd_candidate(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                                const std::vector<int64_t>& d, int64_t group) {

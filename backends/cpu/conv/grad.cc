@@ -133,7 +133,7 @@ struct ConvBackward {
   bool shared_dy = false;         // wei_dy's layout is data_dy's: one reorder of dY serves both
   std::shared_ptr<SharedWeightReorder> shared_w;  // Note [Parameter versions]: the step's one reorder of W
   dnnl::memory shared_w_mem;                      // over its buffer
-  dnnl::memory data_scratch, wei_scratch;  // their own (user_scratchpad_attr in dnnl_util.h)
+  dnnl::memory data_scratch, wei_scratch;  // user_scratchpad_attr in dnnl_util.h; in `scratch`
   CallScratch scratch;  // the ports' layouts and the scratchpads, in the thread's buffer (Note [Call scratch])
 };
 

@@ -83,7 +83,7 @@ struct DnnlMatMul {
   dnnl::memory src, wei, dst, bias;
   dnnl::memory src16, wei16;  // bf16: the primitive's operands
   dnnl::reorder to_src16, to_wei16;
-  dnnl::memory scratchpad;  // its own (user_scratchpad_attr in dnnl_util.h)
+  dnnl::memory scratchpad;  // user_scratchpad_attr in dnnl_util.h; in `scratch`
   CallScratch scratch;      // the scratchpad and the bf16 operands, in the thread's buffer (Note [Call scratch])
   bool has_bias = false, bf16 = false;
 

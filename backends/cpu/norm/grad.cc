@@ -272,11 +272,9 @@ class BatchNormTrainingGradKernel : public OpKernel {
     double *col_mean = work_.data(), *sum_dy = col_mean + w, *sum_dy_xmu = sum_dy + w;
     for (size_t j = 0; j < w; ++j) col_mean[j] = mean_[j / inner];
     std::fill(sum_dy, sum_dy + 2 * w, 0.0);
-    switch (mask.kind) {
-      case GradMaskKind::kNone: column_grad_sums<GradMaskKind::kNone>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask); break;
-      case GradMaskKind::kRelu: column_grad_sums<GradMaskKind::kRelu>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask); break;
-      case GradMaskKind::kClip: column_grad_sums<GradMaskKind::kClip>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask); break;
-    }
+    with_mask_kind(mask.kind, [&](auto k) {
+      column_grad_sums<decltype(k)::value>(dy, px, v.n, w, col_mean, sum_dy, sum_dy_xmu, mask);
+    });
     if (mask.masked) dy = mask.masked;
     const double count = static_cast<double>(v.n * v.inner);
     std::vector<T>& coef = coefficients<T>();

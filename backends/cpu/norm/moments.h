@@ -137,19 +137,25 @@ OMT_ALWAYS_INLINE void all_channel_grad_sums_impl(const T* dy, const T* x, int64
     }
 }
 
+// f(std::integral_constant<GradMaskKind, K>()) for the mask's kind K (as with_pi in
+// conv/geometry.h): the loops are instantiated per kind, the kind chosen once a call.
+template <class F>
+OMT_ALWAYS_INLINE void with_mask_kind(GradMaskKind kind, F&& f) {
+  switch (kind) {
+    case GradMaskKind::kNone: return f(std::integral_constant<GradMaskKind, GradMaskKind::kNone>());
+    case GradMaskKind::kRelu: return f(std::integral_constant<GradMaskKind, GradMaskKind::kRelu>());
+    case GradMaskKind::kClip: return f(std::integral_constant<GradMaskKind, GradMaskKind::kClip>());
+  }
+}
+
 // all_channel_grad_sums_impl for the mask's kind.
 template <class T>
 OMT_ALWAYS_INLINE void all_channel_grad_sums_by_mask(const T* dy, const T* x, int64_t n, int64_t c, int64_t inner,
                                                      const double* mean, double* sum_dy, double* sum_dy_xmu,
                                                      const GradMask<T>& mask) {
-  switch (mask.kind) {
-    case GradMaskKind::kNone:
-      return all_channel_grad_sums_impl<GradMaskKind::kNone>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-    case GradMaskKind::kRelu:
-      return all_channel_grad_sums_impl<GradMaskKind::kRelu>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-    case GradMaskKind::kClip:
-      return all_channel_grad_sums_impl<GradMaskKind::kClip>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
-  }
+  with_mask_kind(mask.kind, [&](auto k) {
+    all_channel_grad_sums_impl<decltype(k)::value>(dy, x, n, c, inner, mean, sum_dy, sum_dy_xmu, mask);
+  });
 }
 
 #ifdef OMT_AVX2_CLONES
