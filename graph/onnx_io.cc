@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "graph/onnx_guards.h"
 #include "graph/parameters.h"
+#include "graph/torch_parameters.h"
 
 namespace omt {
 namespace {
@@ -387,6 +388,7 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
   check_shape_like_inputs(proto.graph(), source);  // Note [Shape-like inputs]
   const int64_t original_opset = opset;
   auto metadata = initializer_metadata(proto.graph());
+  recover_torch_parameters(&proto, &metadata);  // Note [Deduplicated parameters], [Dropped biases]
   // A model of only non-default domains (e.g. ai.onnx.preview.training) has nothing to convert.
   bool uses_default_domain = false;
   for (const auto& n : proto.graph().node()) uses_default_domain |= is_default_domain(n.domain());

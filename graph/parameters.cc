@@ -16,20 +16,6 @@ const std::string* metadata(const Graph& g, const std::string& name, const char*
   return kv == it->second.end() ? nullptr : &kv->second;
 }
 
-// "['a.weight', 'val_3']" (a Python list as the exporter prints it) -> {"a.weight", "val_3"}.
-std::vector<std::string> parse_name_list(const std::string& text) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char q = text[i];
-    if (q != '\'' && q != '"') continue;
-    const size_t end = text.find(q, i + 1);
-    if (end == std::string::npos) break;
-    out.push_back(text.substr(i + 1, end - i - 1));
-    i = end;
-  }
-  return out;
-}
-
 std::set<std::string> batchnorm_statistics(const Graph& g) {
   std::set<std::string> out;
   for (const auto& n : g.nodes)
@@ -48,6 +34,19 @@ bool is_torch_tensor(const Graph& g, const std::string& name) {
 }
 
 }  // namespace
+
+std::vector<std::string> parse_name_list(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char q = text[i];
+    if (q != '\'' && q != '"') continue;
+    const size_t end = text.find(q, i + 1);
+    if (end == std::string::npos) break;
+    out.push_back(text.substr(i + 1, end - i - 1));
+    i = end;
+  }
+  return out;
+}
 
 const char* initializer_role_name(InitializerRole role) {
   switch (role) {
@@ -108,6 +107,13 @@ std::vector<InitializerClass> classify_initializers(const Graph& g) {
     } else {
       c.reason = torch_signature ? "float tensor the exporter rewrote (no graph-signature entry)"
                                  : "float initializer";
+    }
+    if (const std::string* node = metadata(g, name, kRestoredBias)) {
+      c.reason = str_cat("a zero bias the exporter deleted from node '", *node,
+                         "', restored as torch trains it (Note [Dropped biases])");
+    } else if (const std::string* from = metadata(g, name, kUntiedFrom)) {
+      c.reason += str_cat("; the exporter had merged it into '", from->c_str(),
+                          "' (equal when exported), trained on its own as in torch");
     }
     out.push_back(std::move(c));
   }

@@ -27,6 +27,11 @@ struct InitializerClass {
   std::vector<std::string> origin;  // torch tensors it came from, when the file says
 };
 
+// Metadata keys that import adds to the initializers it makes for torch parameters its
+// exporters merged or deleted (graph/torch_parameters.h); classify_initializers says so.
+constexpr const char* kUntiedFrom = "onnx-mirror.untied_from";      // the tensor it had been merged into
+constexpr const char* kRestoredBias = "onnx-mirror.restored_bias";  // the node whose bias it is
+
 // Every initializer in graph order.
 std::vector<InitializerClass> classify_initializers(const Graph& graph);
 
@@ -37,5 +42,9 @@ std::vector<InitializerClass> classify_initializers(const Graph& graph);
 // W (Transpose, or Identity for an equal copy), so W alone is trained and stays tied.
 // Returns the names of the copies replaced.
 std::vector<std::string> tie_folded_copies(Graph& graph);
+
+// "['a.weight', 'val_3']" (a Python list of strings as PyTorch's exporter prints it in
+// metadata) -> {"a.weight", "val_3"}.
+std::vector<std::string> parse_name_list(const std::string& text);
 
 }  // namespace omt

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -134,6 +135,39 @@ TEST(TrainCli, DeduplicatedBatchNormStatisticsTrainAsTorch) {
   const auto t = run_tool("train " + base + "conv_bn_legacy.onnx --data " + base + "batch.npz --global-batch 6 --steps 2"
                           " --replicas 2 --output " + dir.file("trained.onnx"));
   ASSERT_EQ(t.exit_code, 0) << t.output;
+}
+
+// Note [Deduplicated parameters] and Note [Dropped biases] (graph/torch_parameters.cc), on
+// files from tests/reference/dedup_params/make_dedup_params.py: a legacy export whose second
+// BatchNorm is Identity nodes of the first's tensors, and a dynamo export whose deep-copied
+// block reads the first block's initializers, whose zero biases the exporter deleted, and
+// whose input projection torch itself ties. Every torch parameter gets its own gradient,
+// torch's; the real tie stays one tensor with the sum of both uses.
+TEST(TrainCli, DeduplicatedAndDeletedParametersTrainAsTorch) {
+  const std::string base = source_path("tests/data/dedup_params/");
+  for (const auto& [model, tag, params] : {std::tuple<std::string, std::string, int>{"two_bn_legacy", "cnn", 10},
+                                           {"blocks_dynamo", "blocks", 11}}) {
+    test::TempDir dir;
+    const auto g = run_tool("grad " + base + model + ".onnx --data " + base + "batch_" + tag + ".npz --output " +
+                            dir.file("g.npz"));
+    ASSERT_EQ(g.exit_code, 0) << g.output;
+    const NamedTensors got = read_npz(dir.file("g.npz")), ref = read_npz(base + "ref_" + tag + ".npz");
+    EXPECT_NEAR(got.at("loss").value_as_double(0), ref.at("loss").value_as_double(0), 1e-5) << model;
+    int compared = 0;
+    for (const auto& name : ref.names()) {
+      if (name.rfind("grad/", 0) != 0) continue;
+      ASSERT_TRUE(got.has(name.substr(5))) << model << ": no gradient for torch's " << name.substr(5);
+      const Tensor& want = ref.at(name);
+      const Tensor& have = got.at(name.substr(5));
+      ASSERT_EQ(have.numel(), want.numel()) << name;
+      for (int64_t i = 0; i < want.numel(); ++i)
+        ASSERT_NEAR(have.value_as_double(i), want.value_as_double(i), 1e-5 + 1e-4 * std::fabs(want.value_as_double(i)))
+            << model << " " << name << "[" << i << "]";
+      ++compared;
+    }
+    EXPECT_EQ(compared, params) << model;
+    EXPECT_EQ(static_cast<int>(got.names().size()), params + 1) << model << ": a gradient torch does not have";
+  }
 }
 
 // predict feeds inputs as train does (Note [Inputs from arrays]): by name or --input, arrays
