@@ -64,6 +64,10 @@ struct TrainingSpec {
   // label_smoothing: (1 - eps) * nll + eps * mean over classes of -log p, both averaged over
   // the positions that count.
   float label_smoothing = 0.0f;
+  // Note [Rows the loss never reads] (graph/gathered_rows.cc): a classifier that reads one
+  // position of its hidden states computes only that position wherever it can. Off only to
+  // compare against the full computation.
+  bool narrow_gathered_rows = true;
   OptimizerSpec optimizer;
 };
 

@@ -48,6 +48,13 @@ void batchnorm_to_training(TrainingGraph& tg, NameSource& names);
 // just before it) and a mask output.
 void dropout_to_training(Graph& g, NameSource& names);
 
+// 5b. Note [Rows the loss never reads] (graph/gathered_rows.cc), with
+// spec.narrow_gathered_rows: where a Gather of one constant index along a fixed-size axis
+// reads a value computed position by position along that axis, the nodes before it compute
+// only that position (the axis kept, of size 1), and the values they read that something
+// else needs whole are sliced to it. Returns the number of nodes narrowed.
+int narrow_to_gathered_rows(Graph& g, NameSource& names);
+
 // 6. The loss of `output` (loss_output): for spec.loss, the labels input (int64 class labels
 // [N, ...] without the class axis, or float targets shaped like the output; none for
 // kModel) and the nodes computing the scalar tg.loss. Sets tg.labels and tg.loss. Checks

@@ -155,6 +155,60 @@ TEST(TrainingPasses, DropoutGetsATrueTrainingModeAndAMask) {
   EXPECT_EQ(g.nodes.size(), 3u);
 }
 
+// x [2, 4, 3] -> MatMul w -> Relu -> Add x -> LayerNormalization -> Gather(-1, axis 1) -> y:
+// the last position of a tiny block, as a GPT-style classifier reads it.
+Model last_position_block() {
+  Model m;
+  m.opsets = {{"", 17}};
+  Graph& g = m.graph;
+  g.inputs.push_back(value("x", {2, 4, 3}));
+  g.initializers.set("w", Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3}));
+  g.initializers.set("scale", Tensor::from_vector<float>({1, 1, 1}, {3}));
+  g.initializers.set("bias", Tensor::from_vector<float>({0, 0, 0}, {3}));
+  g.initializers.set("last", Tensor::scalar<int64_t>(-1));
+  g.nodes.push_back(test::graph_node("mm", "MatMul", {"x", "w"}, {"h"}));
+  g.nodes.push_back(test::graph_node("relu", "Relu", {"h"}, {"r"}));
+  g.nodes.push_back(test::graph_node("res", "Add", {"r", "x"}, {"s"}));
+  g.nodes.push_back(test::graph_node("ln", "LayerNormalization", {"s", "scale", "bias"}, {"t"}));
+  Node gather = test::graph_node("pick", "Gather", {"t", "last"}, {"y"});
+  gather.attrs.set("axis", int64_t{1});
+  g.nodes.push_back(gather);
+  for (const char* v : {"h", "r", "s", "t"}) g.value_info[v] = value(v, {2, 4, 3});
+  g.outputs.push_back(value("y", {2, 3}));
+  return m;
+}
+
+// Note [Rows the loss never reads]: the four nodes before the Gather compute the last
+// position only, x (read by two of them) is sliced to it once, and the Gather reads row 0.
+// Nothing narrows when the hidden states are an output too.
+TEST(TrainingPasses, GatheredRowNarrowsTheNodesBeforeIt) {
+  Model m = last_position_block();
+  NameSource names(m.graph);
+  EXPECT_EQ(narrow_to_gathered_rows(m.graph, names), 4);
+  const Graph& g = m.graph;
+  ASSERT_EQ(g.nodes.size(), 6u);
+  const Node& slice = g.nodes[0];
+  EXPECT_EQ(slice.op_type, "Slice");
+  ASSERT_EQ(slice.inputs.size(), 4u);
+  EXPECT_EQ(slice.inputs[0], "x");
+  EXPECT_EQ(g.initializers.at(slice.inputs[1]).value_as_double(0), 3);  // starts
+  EXPECT_EQ(g.initializers.at(slice.inputs[2]).value_as_double(0), 4);  // ends
+  EXPECT_EQ(g.initializers.at(slice.inputs[3]).value_as_double(0), 1);  // axes
+  EXPECT_EQ(g.nodes[1].inputs[0], slice.outputs[0]);                     // MatMul
+  EXPECT_EQ(g.nodes[3].inputs[1], slice.outputs[0]);                     // the residual Add
+  for (const char* v : {"h", "r", "s", "t"}) EXPECT_EQ(g.value_info.at(v).shape_str(), "[2,1,3]") << v;
+  EXPECT_EQ(g.value_info.at(slice.outputs[0]).shape_str(), "[2,1,3]");
+  const Node& pick = g.nodes[5];
+  EXPECT_EQ(pick.inputs[0], "t");
+  EXPECT_EQ(g.initializers.at(pick.inputs[1]).value_as_double(0), 0);
+
+  Model both = last_position_block();
+  both.graph.outputs.push_back(value("t", {2, 4, 3}));
+  NameSource names2(both.graph);
+  EXPECT_EQ(narrow_to_gathered_rows(both.graph, names2), 0);
+  EXPECT_EQ(both.graph.nodes.size(), 5u);
+}
+
 TEST(TrainingPasses, LossOfClassLabelsReadsInt64LabelsWithoutTheClassAxis) {
   TrainingGraph tg = start_training_graph(linear());
   NameSource names(tg.model.graph);
@@ -367,6 +421,7 @@ TEST(TrainingPasses, BuildTrainingGraphIsThePassesInOrder) {
   NameSource names(tg.model.graph);
   batchnorm_to_training(tg, names);
   dropout_to_training(tg.model.graph, names);
+  narrow_to_gathered_rows(tg.model.graph, names);
   append_loss(tg, spec, output, names);
   add_step_inputs(tg, true);
   append_gradients(tg, selected, output.name);
