@@ -131,6 +131,8 @@ std::optional<std::vector<Row>> rows_read(const Graph& g, const std::map<std::st
     if (perm.empty())
       for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
     if (static_cast<int>(perm.size()) != rank) return std::nullopt;
+    for (int64_t p : perm)
+      if (p < 0 || p >= rank) return std::nullopt;
     in[0] = Row{static_cast<int>(perm[static_cast<size_t>(out.axis)]), out.index};
     return in;
   }
@@ -190,7 +192,8 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
           reads_rows = true;
         }
       }
-    } else if (n.domain.empty() && !out.whole() && dims && out.axis < static_cast<int>(dims->size()) &&
+    } else if (n.domain.empty() && !out.whole() && dims && g.value_info.count(n.outputs[0]) &&
+               out.axis < static_cast<int>(dims->size()) &&
                (*dims)[static_cast<size_t>(out.axis)].is_fixed() && (*dims)[static_cast<size_t>(out.axis)].value > 1) {
       if (auto rows = rows_read(g, producer, n, out, *dims)) {
         in = *rows;
@@ -226,7 +229,7 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
     vi.name = sliced;
     if (const ValueInfo* src = g.find_value(v)) vi.dtype = src->dtype;
     else if (g.initializers.has(v)) vi.dtype = g.initializers.at(v).dtype();
-    if (auto s = shape_of(g, v)) {
+    if (auto s = shape_of(g, v); s && r.axis < static_cast<int>(s->size())) {
       (*s)[static_cast<size_t>(r.axis)] = Dim{1, ""};
       vi.shape = *s;
     }

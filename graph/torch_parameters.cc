@@ -14,7 +14,7 @@ namespace {
 constexpr const char* kFxNode = "pkg.torch.onnx.fx_node";
 constexpr const char* kNameScopes = "pkg.torch.onnx.name_scopes";
 constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
-constexpr int64_t kMaxRestoredBias = int64_t{1} << 24;  // elements: far beyond any real layer
+constexpr int64_t kMaxRestoredBias = int64_t{1} << 22;  // elements: beyond any real layer's width
 
 bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
@@ -217,8 +217,10 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
       if (a.name() == "transB") trans_b = a.i();
       if (a.name() == "group") group = a.i();
     }
-    const int64_t width = gemm ? weight.dims(trans_b ? 0 : 1) : deconv ? weight.dims(1) * group : weight.dims(0);
-    if (width <= 0 || width > kMaxRestoredBias) continue;
+    if (group <= 0 || group > kMaxRestoredBias) continue;
+    const int64_t per_group = gemm ? weight.dims(trans_b ? 0 : 1) : deconv ? weight.dims(1) : weight.dims(0);
+    if (per_group <= 0 || per_group > kMaxRestoredBias / (deconv ? group : 1)) continue;
+    const int64_t width = deconv ? per_group * group : per_group;
     onnx::TensorProto zeros;
     zeros.set_name(bias);
     zeros.set_data_type(weight.data_type());
