@@ -17,8 +17,8 @@
 // listed below, readers that disagree). A node whose output is demanded as one row and
 // that computes each row of that axis from the same row of its inputs (elementwise ops
 // with broadcasting, softmax and layer normalisation over other axes, matmul on its row,
-// column or batch axes, transpose, and a reshape that keeps the axes up to the gathered
-// one) narrows; its inputs' demands follow from it. Every dimension on the way must be
+// column or batch axes, transpose, and a reshape with a constant target that keeps the
+// gathered axis and the size of what follows it) narrows; its inputs' demands follow from it. Every dimension on the way must be
 // fixed (the sequence length of the export), so a file of symbolic length is left as is.
 #include <map>
 #include <optional>
@@ -137,8 +137,10 @@ std::optional<std::vector<Row>> rows_read(const Graph& g, const std::map<std::st
     return in;
   }
   if (op == "Reshape") {
-    // Only when the axes up to the row's are the input's own: the row is then the same
-    // block of the input, and the target shape says 1 there (narrow_to_gathered_rows).
+    // Only when the row's axis is the input's same axis, of the same extent, and the axes
+    // after it hold as many elements (all fixed) in both: then the axes before it do too,
+    // however they are split, and each row is the same block of memory in input and output.
+    // The target (a constant) then says 1 there (narrow_to_gathered_rows).
     const auto s = shape_of(g, n.inputs[0]);
     const Tensor* target = n.inputs.size() == 2 ? constant(g, producer, n.inputs[1]) : nullptr;
     if (!s || target == nullptr || target->dtype() != DType::kInt64 || target->rank() != 1 ||
@@ -148,8 +150,17 @@ std::optional<std::vector<Row>> rows_read(const Graph& g, const std::map<std::st
     if (n.attrs.get_int("allowzero", 0) != 0)
       for (int i = 0; i < rank; ++i)
         if (target->data<int64_t>()[i] == 0) return std::nullopt;
-    for (int i = 0; i <= out.axis; ++i)
-      if (!same_dim((*s)[static_cast<size_t>(i)], dims[static_cast<size_t>(i)])) return std::nullopt;
+    if (!same_dim((*s)[static_cast<size_t>(out.axis)], dims[static_cast<size_t>(out.axis)])) return std::nullopt;
+    auto trailing = [&](const std::vector<Dim>& d) -> int64_t {
+      int64_t count = 1;
+      for (size_t i = static_cast<size_t>(out.axis) + 1; i < d.size(); ++i) {
+        if (!d[i].is_fixed() || (d[i].value > 0 && count > (int64_t{1} << 48) / d[i].value)) return -1;
+        count *= d[i].value;
+      }
+      return count;
+    };
+    const int64_t after = trailing(dims);
+    if (after < 0 || after != trailing(*s)) return std::nullopt;
     in[0] = out;
     return in;
   }
