@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "graph/parameters.h"
+
 namespace omt {
 namespace {
 
@@ -43,9 +45,15 @@ std::vector<std::string> export_habit_notes(const Graph& g) {
 
   // Note [Dropped biases]: the same exporter's optimizer deletes a bias that is all zeros, as
   // every bias of a freshly initialised model may be, so the layer trains without one. A Conv
-  // that feeds a BatchNormalization needs no bias and is not listed.
+  // that feeds a BatchNormalization needs no bias and is not listed. In the dynamo
+  // exporter's files (its graph signature on the initializers) import restored every bias
+  // the file's node records name (graph/torch_parameters.cc), so a node still without one
+  // had none in torch and is not listed either.
+  bool torch_signature = false;
+  for (const auto& [name, md] : g.initializer_metadata) torch_signature |= md.count(kTorchSignatureKind) > 0;
   std::vector<std::string> no_bias;
   for (const auto& n : g.nodes) {
+    if (torch_signature) break;
     if (!n.domain.empty() || (n.op_type != "Conv" && n.op_type != "ConvTranspose" && n.op_type != "Gemm")) continue;
     if (n.inputs.size() >= 3 && !n.inputs[2].empty()) continue;
     if (n.inputs.size() < 2 || !g.initializers.has(n.inputs[1])) continue;  // weight not a parameter

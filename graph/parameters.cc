@@ -6,7 +6,6 @@
 namespace omt {
 namespace {
 
-constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 constexpr const char* kFoldedFrom = "pkg.onnxscript.optimizer.folded_from";
 
 const std::string* metadata(const Graph& g, const std::string& name, const char* key) {
@@ -29,7 +28,7 @@ std::set<std::string> batchnorm_statistics(const Graph& g) {
 // A torch module tensor ("encoder.layer.0.query.weight", or one the file marks as a
 // parameter) rather than one of the exporter's temporaries ("val_12", "slice_1").
 bool is_torch_tensor(const Graph& g, const std::string& name) {
-  if (const std::string* kind = metadata(g, name, kSignatureKind)) return *kind == "PARAMETER";
+  if (const std::string* kind = metadata(g, name, kTorchSignatureKind)) return *kind == "PARAMETER";
   return name.find('.') != std::string::npos;
 }
 
@@ -62,13 +61,13 @@ const char* initializer_role_name(InitializerRole role) {
 std::vector<InitializerClass> classify_initializers(const Graph& g) {
   const std::set<std::string> stats = batchnorm_statistics(g);
   bool torch_signature = false;  // a file from PyTorch's dynamo exporter
-  for (const auto& [name, md] : g.initializer_metadata) torch_signature |= md.count(kSignatureKind) > 0;
+  for (const auto& [name, md] : g.initializer_metadata) torch_signature |= md.count(kTorchSignatureKind) > 0;
 
   std::vector<InitializerClass> out;
   for (const auto& name : g.initializers.names()) {
     const Tensor& t = g.initializers.at(name);
     InitializerClass c{name, InitializerRole::kParameter, "", {}};
-    const std::string* kind = metadata(g, name, kSignatureKind);
+    const std::string* kind = metadata(g, name, kTorchSignatureKind);
     const std::string* folded = metadata(g, name, kFoldedFrom);
     if (!dtype_is_float(t.dtype())) {
       c.role = InitializerRole::kNotFloat;

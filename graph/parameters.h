@@ -27,6 +27,10 @@ struct InitializerClass {
   std::vector<std::string> origin;  // torch tensors it came from, when the file says
 };
 
+// The dynamo exporter's record of what each initializer was in torch (on its value info):
+// "PARAMETER", "BUFFER", ... (Note [Exporter metadata]).
+constexpr const char* kTorchSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+
 // Metadata keys that import adds to the initializers it makes for torch parameters its
 // exporters merged or deleted (graph/torch_parameters.h); classify_initializers says so.
 constexpr const char* kUntiedFrom = "onnx-mirror.untied_from";      // the tensor it had been merged into

@@ -13,7 +13,6 @@ namespace {
 
 constexpr const char* kFxNode = "pkg.torch.onnx.fx_node";
 constexpr const char* kNameScopes = "pkg.torch.onnx.name_scopes";
-constexpr const char* kSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 constexpr int64_t kMaxRestoredBias = int64_t{1} << 22;  // elements: beyond any real layer's width
 
 bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
@@ -170,7 +169,7 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
     const std::string name = g->initializer(j).name();
     const auto md = metadata->find(name);
     if (md == metadata->end() || float_size(g->initializer(j).data_type()) == 0 || nested.count(name)) continue;
-    const auto kind = md->second.find(kSignatureKind);
+    const auto kind = md->second.find(kTorchSignatureKind);
     if (kind == md->second.end() || kind->second != "PARAMETER") continue;
     const auto& uses = readers[name];
     if (uses.size() < 2) continue;
@@ -229,7 +228,7 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
     *g->add_initializer() = std::move(zeros);
     if (n.input_size() < 3) n.add_input(bias);
     else n.set_input(2, bias);
-    (*metadata)[bias][kSignatureKind] = "PARAMETER";
+    (*metadata)[bias][kTorchSignatureKind] = "PARAMETER";
     (*metadata)[bias][kRestoredBias] = n.name();
     used.insert(bias);
     out.restored.push_back(bias);

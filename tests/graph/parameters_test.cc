@@ -70,6 +70,15 @@ TEST(ExportNotes, FoldedBatchNormIsNamedWithTheFix) {
     EXPECT_EQ(note.find("folded"), std::string::npos) << note;
 }
 
+// Note [Dropped biases]: in a dynamo file import restores the deleted zero biases its node
+// records name, and a layer without one (tests/data/dedup_params: the input projection has
+// bias=False) is not noted as a deleted bias.
+TEST(ExportNotes, DynamoFilesNoteNoLayerThatHadNoBias) {
+  const Model m = load_onnx(test::source_path("tests/data/dedup_params/blocks_dynamo.onnx"));
+  EXPECT_TRUE(m.graph.initializers.has("blocks.1.dense.bias"));
+  for (const auto& note : export_habit_notes(m.graph)) EXPECT_EQ(note.find("no bias input"), std::string::npos) << note;
+}
+
 // --batchnorm batch trains inference-mode BatchNormalization nodes with batch statistics and
 // updates their running statistics; running keeps the nodes as they are and trains no state.
 TEST(TrainingGraph, BatchNormModes) {
