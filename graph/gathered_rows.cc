@@ -18,8 +18,11 @@
 // that computes each row of that axis from the same row of its inputs (elementwise ops
 // with broadcasting, softmax and layer normalisation over other axes, matmul on its row,
 // column or batch axes, transpose, and a reshape with a constant target that keeps the
-// gathered axis and the size of what follows it) narrows; its inputs' demands follow from it. Every dimension on the way must be
-// fixed (the sequence length of the export), so a file of symbolic length is left as is.
+// gathered axis and the size of what follows it) narrows; its inputs' demands follow from
+// it. The gathered axis may have a fixed length or one the export left symbolic; every
+// dimension a rule compares must be fixed or carry the same symbol.
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -61,6 +64,9 @@ const Tensor* constant(const Graph& g, const std::map<std::string, int>& produce
   if (!n.domain.empty() || n.op_type != "Constant" || !n.attrs.has("value")) return nullptr;
   return &n.attrs.get_tensor("value");
 }
+
+// An axis of more than one position, or of a length the export left symbolic.
+bool worth_narrowing(const Dim& d) { return d.is_fixed() ? d.value > 1 : !d.symbol.empty(); }
 
 bool is_int(const Tensor& t) { return t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32; }
 
@@ -140,16 +146,18 @@ std::optional<std::vector<Row>> rows_read(const Graph& g, const std::map<std::st
     // Only when the row's axis is the input's same axis, of the same extent, and the axes
     // after it hold as many elements (all fixed) in both: then the axes before it do too,
     // however they are split, and each row is the same block of memory in input and output.
-    // The target (a constant) then says 1 there (narrow_to_gathered_rows).
+    // The target then says 1 there: a new constant, or Where(axis, 1, target) for a target
+    // computed at run time (from Shape, where the export left the sequence length open).
     const auto s = shape_of(g, n.inputs[0]);
-    const Tensor* target = n.inputs.size() == 2 ? constant(g, producer, n.inputs[1]) : nullptr;
-    if (!s || target == nullptr || target->dtype() != DType::kInt64 || target->rank() != 1 ||
-        target->numel() != rank || static_cast<int>(s->size()) <= out.axis)
-      return std::nullopt;
-    // With allowzero a 0 is a size, not "as the input": only when there is none.
-    if (n.attrs.get_int("allowzero", 0) != 0)
-      for (int i = 0; i < rank; ++i)
-        if (target->data<int64_t>()[i] == 0) return std::nullopt;
+    if (!s || n.inputs.size() != 2 || static_cast<int>(s->size()) <= out.axis) return std::nullopt;
+    // Only the entry at the row's axis changes, to 1, so allowzero means what it meant for
+    // the others (a 0 there would have made the axis empty, not worth narrowing).
+    if (const Tensor* target = constant(g, producer, n.inputs[1])) {
+      if (target->dtype() != DType::kInt64 || target->rank() != 1 || target->numel() != rank) return std::nullopt;
+    } else {
+      const auto t = shape_of(g, n.inputs[1]);
+      if (!t || t->size() != 1 || !(*t)[0].is_fixed() || (*t)[0].value != rank) return std::nullopt;
+    }
     if (!same_dim((*s)[static_cast<size_t>(out.axis)], dims[static_cast<size_t>(out.axis)])) return std::nullopt;
     auto trailing = [&](const std::vector<Dim>& d) -> int64_t {
       int64_t count = 1;
@@ -196,16 +204,18 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
         if (axis < 0) axis += static_cast<int64_t>(data->size());
         const Dim extent = axis >= 0 && axis < static_cast<int64_t>(data->size()) ? (*data)[static_cast<size_t>(axis)] : Dim{};
         int64_t at = static_cast<int64_t>(index->value_as_double(0));
-        if (extent.is_fixed() && extent.value > 1 && at >= -extent.value && at < extent.value) {
-          if (at < 0) at += extent.value;
+        // A symbolic extent (a sequence length the export left open) keeps a negative index
+        // as it is: the slices then count from the end.
+        if ((extent.is_fixed() && extent.value > 1 && at >= -extent.value && at < extent.value) ||
+            (!extent.is_fixed() && !extent.symbol.empty())) {
+          if (at < 0 && extent.is_fixed()) at += extent.value;
           in[0] = Row{static_cast<int>(axis), at};
           roots[i] = in[0];
           reads_rows = true;
         }
       }
     } else if (n.domain.empty() && !out.whole() && dims && g.value_info.count(n.outputs[0]) &&
-               out.axis < static_cast<int>(dims->size()) &&
-               (*dims)[static_cast<size_t>(out.axis)].is_fixed() && (*dims)[static_cast<size_t>(out.axis)].value > 1) {
+               out.axis < static_cast<int>(dims->size()) && worth_narrowing((*dims)[static_cast<size_t>(out.axis)])) {
       if (auto rows = rows_read(g, producer, n, out, *dims)) {
         in = *rows;
         narrowed[i] = out;
@@ -233,7 +243,8 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
     const std::string starts = names.fresh(sliced + "/starts"), ends = names.fresh(sliced + "/ends"),
                       axes = names.fresh(sliced + "/axes");
     g.initializers.set(starts, Tensor::from_vector<int64_t>({r.index}, {1}));
-    g.initializers.set(ends, Tensor::from_vector<int64_t>({r.index + 1}, {1}));
+    const int64_t end = r.index == -1 ? std::numeric_limits<int64_t>::max() : r.index + 1;  // -1: to the end
+    g.initializers.set(ends, Tensor::from_vector<int64_t>({end}, {1}));
     g.initializers.set(axes, Tensor::from_vector<int64_t>({r.axis}, {1}));
     nodes.push_back(make_node(names, "Slice", sliced, {v, starts, ends, axes}, {sliced}));
     ValueInfo vi;
@@ -247,6 +258,21 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
     g.value_info[sliced] = vi;
     slices[key] = sliced;
     return sliced;
+  };
+  // A node writing `out`: the int64 vector `vector` of `length` entries with entry `axis`
+  // set to `value` (Where(that entry, value, vector)).
+  auto set_entry = [&](const std::string& vector, int64_t length, int64_t axis, int64_t value, const std::string& out) {
+    Tensor at = Tensor::zeros(DType::kBool, {length});
+    static_cast<bool*>(at.raw())[axis] = true;
+    const std::string sel = names.fresh(out + "/axis"), val = names.fresh(out + "/value");
+    g.initializers.set(sel, std::move(at));
+    g.initializers.set(val, Tensor::from_vector<int64_t>({value}, {1}));
+    ValueInfo vi;
+    vi.name = out;
+    vi.dtype = DType::kInt64;
+    vi.shape = std::vector<Dim>{Dim{length, ""}};
+    g.value_info[out] = vi;
+    return make_node(names, "Where", out, {sel, val, vector}, {out});
   };
   int changed = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -271,10 +297,15 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
       for (size_t k = 0; k < n.inputs.size(); ++k)
         if (!n.inputs[k].empty() && !(*rows)[k].whole()) n.inputs[k] = row_of(n.inputs[k], (*rows)[k]);
       if (n.op_type == "Reshape") {
-        Tensor target = constant(g, producer, n.inputs[1])->clone();
-        target.data<int64_t>()[nr->second.axis] = 1;
         const std::string shape = names.fresh(n.inputs[1] + "/row");
-        g.initializers.set(shape, std::move(target));
+        if (const Tensor* constant_target = constant(g, producer, n.inputs[1])) {
+          Tensor target = constant_target->clone();
+          target.data<int64_t>()[nr->second.axis] = 1;
+          g.initializers.set(shape, std::move(target));
+        } else {
+          const auto rank = static_cast<int64_t>(shape_of(g, n.outputs[0])->size());
+          nodes.push_back(set_entry(n.inputs[1], rank, nr->second.axis, 1, shape));
+        }
         n.inputs[1] = shape;
       }
       ++changed;

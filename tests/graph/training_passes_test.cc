@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "tests/test_util.h"
@@ -201,6 +202,17 @@ TEST(TrainingPasses, GatheredRowNarrowsTheNodesBeforeIt) {
   const Node& pick = g.nodes[5];
   EXPECT_EQ(pick.inputs[0], "t");
   EXPECT_EQ(g.initializers.at(pick.inputs[1]).value_as_double(0), 0);
+
+  // A symbolic sequence length keeps index -1 as it is: the slice runs from -1 to the end.
+  Model open = last_position_block();
+  for (auto& v : open.graph.inputs) (*v.shape)[1] = Dim{-1, "seq"};
+  for (auto& [name, v] : open.graph.value_info) (*v.shape)[1] = Dim{-1, "seq"};
+  NameSource names_open(open.graph);
+  EXPECT_EQ(narrow_to_gathered_rows(open.graph, names_open), 4);
+  const Node& open_slice = open.graph.nodes[0];
+  ASSERT_EQ(open_slice.op_type, "Slice");
+  EXPECT_EQ(open.graph.initializers.at(open_slice.inputs[1]).data<int64_t>()[0], -1);
+  EXPECT_EQ(open.graph.initializers.at(open_slice.inputs[2]).data<int64_t>()[0], std::numeric_limits<int64_t>::max());
 
   Model both = last_position_block();
   both.graph.outputs.push_back(value("t", {2, 4, 3}));

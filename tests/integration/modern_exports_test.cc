@@ -16,6 +16,7 @@
 #include <set>
 
 #include "graph/onnx_io.h"
+#include "graph/parameters.h"
 #include "graph/training.h"
 #include "graph/training_passes.h"
 #include "runtime/data/npy.h"
@@ -145,6 +146,48 @@ TEST_P(ModernExport, NarrowingToTheGatheredRowChangesNoGradient) {
   for (const auto& name : grads[0].names())
     EXPECT_TRUE(test::close_to_reference(grads[1].at(name), grads[0].at(name), 1e-5, 1e-7)) << name;
   std::printf("%s: %d nodes narrowed\n", test::modern_file(GetParam()).c_str(), narrowed);
+}
+
+// The same on an export whose sequence length is symbolic (as exports for inference leave
+// it; tests/reference/gathered_rows/make_gathered_rows.py): the classifier's last block
+// narrows to the first position, and the loss and every parameter's gradient are torch's.
+TEST(GatheredRows, SymbolicSequenceLengthNarrowsAndMatchesTorch) {
+  const std::string dir = test::source_path("tests/data/gathered_rows/");
+  const auto model = std::make_shared<const Model>(load_onnx(dir + "bert_cls_dynamic_seq.onnx"));
+  TrainingGraph tg = start_training_graph(*model);
+  NameSource names(tg.model.graph);
+  EXPECT_GE(narrow_to_gathered_rows(tg.model.graph, names), 20);
+  const NamedTensors batch = read_npz(dir + "batch.npz"), ref = read_npz(dir + "ref.npz");
+  NamedTensors feeds;
+  for (const auto& in : model->graph.inputs) feeds.set(in.name, batch.at(in.name));
+  TrainingSpec spec;
+  spec.optimizer.kind = OptimizerKind::kSgd;
+  Trainer trainer(model, spec);
+  NamedTensors grads;
+  const float loss = trainer.gradients(feeds, batch.at("labels"), &grads);
+  EXPECT_NEAR(loss, ref.at("loss").value_as_double(0), 1e-5);
+  // The exporter trains a Linear's weight as its transposed copy val_N (folded_from).
+  std::map<std::string, std::string> ours;
+  for (const auto& c : classify_initializers(model->graph))
+    if (c.role == InitializerRole::kParameter) ours[c.origin.size() == 1 ? c.origin[0] : c.name] = c.name;
+  int compared = 0;
+  for (const auto& key : ref.names()) {
+    if (key.rfind("grad/", 0) != 0) continue;
+    const std::string torch_name = key.substr(5);
+    ASSERT_TRUE(ours.count(torch_name) && grads.has(ours[torch_name])) << "no gradient for " << torch_name;
+    const Tensor& got = grads.at(ours[torch_name]);
+    Tensor want = ref.at(key);
+    if (ours[torch_name] != torch_name) {  // a transposed copy
+      ASSERT_EQ(want.rank(), 2) << torch_name;
+      Tensor t = Tensor::zeros(want.dtype(), {want.dim(1), want.dim(0)});
+      for (int64_t i = 0; i < want.dim(0); ++i)
+        for (int64_t j = 0; j < want.dim(1); ++j) t.data<double>()[j * want.dim(0) + i] = want.data<double>()[i * want.dim(1) + j];
+      want = t;
+    }
+    EXPECT_TRUE(test::close_to_reference(got, want)) << torch_name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 41);
 }
 
 TEST_P(ModernExport, ThreeSgdStepsMatchTorch) {
