@@ -8,6 +8,7 @@
 
 #include "common/threads.h"
 #include "graph/training.h"
+#include "graph/training_passes.h"
 
 namespace omt {
 
@@ -51,6 +52,9 @@ Predictor::Predictor(std::shared_ptr<const Model> model, int replicas,
                "torch's train() exports write it), so its outputs depend on how the batch is cut across "
                "replicas. Use --replicas 1, or export the model in eval() mode; models onnx-mirror "
                "trains are written in inference mode.");
+  Model narrowed = *model_;
+  NameSource names(narrowed.graph);
+  if (narrow_to_gathered_rows(narrowed.graph, names) > 0) model_ = std::make_shared<const Model>(std::move(narrowed));
   for (int r = 0; r < replicas; ++r) sessions_.push_back(std::make_unique<Session>(model_, options));
 }
 

@@ -1,6 +1,8 @@
 // Predictor: inference split across N local replicas. The batch (dimension 0 of every input)
 // is cut into N contiguous shards, each run by its own Session on its own thread, and the
-// outputs are joined back in order, so the output batch always equals the input batch.
+// outputs are joined back in order, so the output batch always equals the input batch. A
+// classifier that reads one position of a sequence computes only that position, as in
+// training.
 // Feeds and outputs are host tensors on every device (outputs downloaded from a GPU).
 #pragma once
 
@@ -26,6 +28,9 @@ class Predictor {
   // inputs: parameters_as_inputs).
   NamedTensors run(const NamedTensors& feeds, const NamedTensors& whole = {});
   int replicas() const { return static_cast<int>(sessions_.size()); }
+  // The model the sessions run: the one given, narrowed where a classifier reads one
+  // position of a sequence (Note [Rows the loss never reads], graph/gathered_rows.cc).
+  const Model& model() const { return *model_; }
 
  private:
   std::shared_ptr<const Model> model_;

@@ -47,6 +47,23 @@ TEST_P(ReferenceModels, ReplicasGiveTheOneReplicaOutputs) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceModels, ::testing::Values("mlp", "cnn"));
 
+// A classifier that reads one position (tests/data/tokens/bert_cls.onnx: BERT's first token)
+// predicts through the narrowed graph (Note [Rows the loss never reads]) the logits of the
+// whole one, with 1 and 2 replicas.
+TEST(Predictor, NarrowedClassifierPredictsTheWholeModelsLogits) {
+  const auto model = load("tests/data/tokens/bert_cls.onnx");
+  const NamedTensors data = read_npz(test::source_path("tests/data/tokens/bert_data.npz"));
+  NamedTensors feeds;
+  for (const auto& in : model->graph.inputs) feeds.set(in.name, data.at(in.name));
+  Session whole(model);
+  const Tensor want = whole.run(feeds).at("logits");
+  for (int replicas : {1, 2}) {
+    Predictor p(model, replicas);
+    EXPECT_EQ(p.model().graph.value_info.at("layer_norm_4").shape_str(), "[batch,1,16]");
+    EXPECT_TRUE(test::tensors_close(p.run(feeds).at("logits"), want, 1e-5, 1e-6)) << replicas << " replicas";
+  }
+}
+
 TEST(Session, BadFeedsNameBothSides) {
   Session s(load("models/mlp.onnx"));
   auto expect_error = [&](const NamedTensors& feeds, const std::vector<std::string>& parts) {
