@@ -116,7 +116,7 @@ bool is_exporter_value(const std::string& name) {
 // Note [Dropped biases]: the dynamo exporter's optimizer also deletes an all-zero bias
 // (Gemm and Conv nodes lose their input C or B). Where the node's fx node reads a bias
 // parameter named as above, the bias comes back as zeros of its layer's width, a
-// parameter; the others are left to export_habit_notes' warning.
+// parameter. A node whose fx node reads no bias had none in torch.
 RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, InitializerMetadata* metadata) {
   RecoveredParameters out;
   if (model->producer_name() != "pytorch") return out;
