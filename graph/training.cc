@@ -146,7 +146,7 @@ TrainingGraph build_training_graph(const Model& model, const TrainingSpec& spec)
   NameSource names(g);
   if (spec.batchnorm_batch_statistics) batchnorm_to_training(tg, names);
   dropout_to_training(g, names);
-  if (spec.narrow_gathered_rows) narrow_to_gathered_rows(g, names);
+  if (spec.narrow_gathered_rows) tg.narrowed_nodes = narrow_to_gathered_rows(g, names);
   append_loss(tg, spec, output, names);
   add_step_inputs(tg, spec.with_optimizer);
   append_gradients(tg, selected, output.name);

@@ -111,6 +111,7 @@ struct TrainingGraph {
   std::vector<std::string> no_decay;     // trained parameters the optimizer does not decay
   std::vector<std::string> frozen;       // float initializers kept fixed
   std::vector<std::string> unreachable;  // selected parameters no gradient reaches
+  int narrowed_nodes = 0;                // Note [Rows the loss never reads]: nodes computing one position
 };
 
 // Builds the training graph. Errors: kInvalidArgument (unknown output, labels name clashing

@@ -173,6 +173,9 @@ void FitRun::log_start() {
   if (!tg.no_decay.empty())
     log << "no weight decay on " << tg.no_decay.size() << " of " << tg.params.size() << " parameter tensors (--no-decay "
         << o.spec.optimizer.no_decay << (o.spec.optimizer.no_decay == "auto" ? ": biases and norm weights" : "") << ")\n";
+  if (tg.narrowed_nodes > 0)
+    log << "the output reads one position of a sequence: " << tg.narrowed_nodes
+        << " nodes before it compute that position only (Note [Rows the loss never reads])\n";
 }
 
 void FitRun::check_finite(const MirroredStepResult& res, int64_t epoch) const {

@@ -148,6 +148,11 @@ TEST(TrainCli, TokenDataErrorsNameTheProblem) {
   write_npz(dir.file("one_input.npz"), two);
   expect_failure(run_tool("train " + bert + " --data " + dir.file("one_input.npz") + " --steps 1"),
                  {"no array for model inputs", "'attention_mask'", "'token_type_ids'", "--input"});
+  // With its data the classifier trains, and says that its last block computes one position.
+  const auto ok = run_tool("train " + bert + " --data " + source_path("tests/data/tokens/bert_data.npz") +
+                           " --global-batch 8 --steps 1");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("nodes before it compute that position only"), std::string::npos) << ok.output;
   expect_failure(run_tool("train " + bert + " --data " + dir.file("one_input.npz") + " --input attention_mask=nope --steps 1"),
                  {"--input attention_mask=nope", "no feature array 'nope'"});
   expect_failure(run_tool("train " + bert + " --data " + dir.file("one_input.npz") + " --input mask=input_ids --steps 1"),
