@@ -17,9 +17,10 @@
 // listed below, readers that disagree). A node whose output is demanded as one row and
 // that computes each row of that axis from the same row of its inputs (elementwise ops
 // with broadcasting, softmax and layer normalisation over other axes, matmul on its row,
-// column or batch axes, transpose, and a reshape with a constant target that keeps the
-// gathered axis and the size of what follows it) narrows; its inputs' demands follow from
-// it. The gathered axis may have a fixed length or one the export left symbolic; every
+// column or batch axes, transpose, and a reshape that keeps the gathered axis and the size
+// of what follows it) narrows; its inputs' demands follow from it. A value that Shape reads
+// is read whole, so a reshape target computed at run time never comes from a narrowed
+// value. The gathered axis may have a fixed length or one the export left symbolic; every
 // dimension a rule compares must be fixed or carry the same symbol.
 #include <cstdint>
 #include <limits>
