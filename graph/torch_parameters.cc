@@ -90,9 +90,12 @@ std::set<std::string> names_in_use(const onnx::GraphProto& g) {
   return used;
 }
 
-// A name the legacy exporter made up for a value: "onnx::Conv_12", "/layer1/Relu_output_0".
+// A name an exporter made up for a value rather than a torch tensor's: "onnx::Conv_12",
+// "/layer1/Relu_output_0" (legacy), "val_12" (dynamo; onnx-mirror's own trained files tie a
+// folded copy to its source as Identity(source) -> val_12, Note [Tied copies]).
 bool is_exporter_value(const std::string& name) {
-  return name.empty() || name.rfind("onnx::", 0) == 0 || name[0] == '/';
+  if (name.empty() || name.rfind("onnx::", 0) == 0 || name[0] == '/') return true;
+  return name.size() > 4 && name.rfind("val_", 0) == 0 && name.find_first_not_of("0123456789", 4) == std::string::npos;
 }
 
 }  // namespace

@@ -79,6 +79,31 @@ TEST(ExportNotes, DynamoFilesNoteNoLayerThatHadNoBias) {
   for (const auto& note : export_habit_notes(m.graph)) EXPECT_EQ(note.find("no bias input"), std::string::npos) << note;
 }
 
+// Note [Deduplicated parameters] in a legacy-style file: Identity(first) -> a torch name is
+// a parameter of its own; Identity(source) -> val_N, as onnx-mirror writes a tied copy back
+// (Note [Tied copies]), stays a node, so a trained file read again keeps its tie.
+TEST(Parameters, LegacyIdentitiesOfTorchNamesUntieAndTiedCopiesStay) {
+  Model m;
+  m.producer_name = "pytorch";
+  m.opsets = {{"", 17}};
+  Graph& g = m.graph;
+  g.inputs.push_back(ValueInfo{"x", DType::kFloat32, std::vector<Dim>{Dim{2, ""}, Dim{2, ""}}});
+  // Uniform values: Note [Tied copies] would not tie val_3 again had import untied it.
+  g.initializers.set("a.weight", Tensor::from_vector<float>({0.5f, 0.5f, 0.5f, 0.5f}, {2, 2}));
+  g.nodes.push_back(test::graph_node("Identity_0", "Identity", {"a.weight"}, {"b.weight"}));
+  g.nodes.push_back(test::graph_node("omt/tied/val_3", "Identity", {"a.weight"}, {"val_3"}));
+  g.nodes.push_back(test::graph_node("mm_a", "MatMul", {"x", "a.weight"}, {"ya"}));
+  g.nodes.push_back(test::graph_node("mm_b", "MatMul", {"ya", "b.weight"}, {"yb"}));
+  g.nodes.push_back(test::graph_node("mm_c", "MatMul", {"yb", "val_3"}, {"y"}));
+  g.outputs.push_back(ValueInfo{"y", DType::kFloat32, std::vector<Dim>{Dim{2, ""}, Dim{2, ""}}});
+  const Model back = parse_onnx(serialize_onnx(m), "untie.onnx");
+  EXPECT_TRUE(back.graph.initializers.has("b.weight"));
+  EXPECT_FALSE(back.graph.initializers.has("val_3"));
+  int identities = 0;
+  for (const auto& n : back.graph.nodes) identities += n.op_type == "Identity";
+  EXPECT_EQ(identities, 1);
+}
+
 // --batchnorm batch trains inference-mode BatchNormalization nodes with batch statistics and
 // updates their running statistics; running keeps the nodes as they are and trains no state.
 TEST(TrainingGraph, BatchNormModes) {
