@@ -49,20 +49,19 @@ std::vector<std::string> export_habit_notes(const Graph& g) {
   // exporter's files (its graph signature on the initializers) import restored every bias
   // the file's node records name (graph/torch_parameters.cc), so a node still without one
   // had none in torch and is not listed either.
-  bool torch_signature = false;
-  for (const auto& [name, md] : g.initializer_metadata) torch_signature |= md.count(kTorchSignatureKind) > 0;
   std::vector<std::string> no_bias;
-  for (const auto& n : g.nodes) {
-    if (torch_signature) break;
-    if (!n.domain.empty() || (n.op_type != "Conv" && n.op_type != "ConvTranspose" && n.op_type != "Gemm")) continue;
-    if (n.inputs.size() >= 3 && !n.inputs[2].empty()) continue;
-    if (n.inputs.size() < 2 || !g.initializers.has(n.inputs[1])) continue;  // weight not a parameter
-    bool feeds_norm = false;
-    for (int r : readers[n.outputs[0]]) {
-      const std::string& op = g.nodes[static_cast<size_t>(r)].op_type;
-      feeds_norm |= op == "BatchNormalization" || op == "InstanceNormalization" || op == "GroupNormalization";
+  if (!has_torch_signature(g)) {
+    for (const auto& n : g.nodes) {
+      if (!n.domain.empty() || (n.op_type != "Conv" && n.op_type != "ConvTranspose" && n.op_type != "Gemm")) continue;
+      if (n.inputs.size() >= 3 && !n.inputs[2].empty()) continue;
+      if (n.inputs.size() < 2 || !g.initializers.has(n.inputs[1])) continue;  // weight not a parameter
+      bool feeds_norm = false;
+      for (int r : readers[n.outputs[0]]) {
+        const std::string& op = g.nodes[static_cast<size_t>(r)].op_type;
+        feeds_norm |= op == "BatchNormalization" || op == "InstanceNormalization" || op == "GroupNormalization";
+      }
+      if (!feeds_norm) no_bias.push_back(str_cat(n.name, " (", n.op_type, ")"));
     }
-    if (!feeds_norm) no_bias.push_back(str_cat(n.name, " (", n.op_type, ")"));
   }
   if (!no_bias.empty()) {
     notes.push_back(str_cat(

@@ -28,6 +28,8 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "graph/training_passes.h"
 
@@ -183,7 +185,7 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
   std::set<std::string> whole;  // graph outputs and values some reader needs whole
   for (const auto& o : g.outputs) whole.insert(o.name);
   std::map<std::string, std::set<Row>> wanted;  // value -> the rows its readers need
-  std::map<size_t, Row> narrowed;               // node -> the row of its output it makes
+  std::map<size_t, std::pair<Row, std::vector<Row>>> narrowed;  // node -> the row it makes, what it reads
   std::map<size_t, Row> roots;                  // Gather node -> the row of its data it reads
 
   auto demand = [&](const std::string& v) -> Row {
@@ -219,7 +221,7 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
                out.axis < static_cast<int>(dims->size()) && worth_narrowing((*dims)[static_cast<size_t>(out.axis)])) {
       if (auto rows = rows_read(g, producer, n, out, *dims)) {
         in = *rows;
-        narrowed[i] = out;
+        narrowed[i] = {out, in};
         reads_rows = true;
       }
     }
@@ -294,18 +296,18 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
         }
       }
     } else if (nr != narrowed.end()) {
-      const auto rows = rows_read(g, producer, n, nr->second, *shape_of(g, n.outputs[0]));
+      const auto& [row, rows] = nr->second;
       for (size_t k = 0; k < n.inputs.size(); ++k)
-        if (!n.inputs[k].empty() && !(*rows)[k].whole()) n.inputs[k] = row_of(n.inputs[k], (*rows)[k]);
+        if (!n.inputs[k].empty() && !rows[k].whole()) n.inputs[k] = row_of(n.inputs[k], rows[k]);
       if (n.op_type == "Reshape") {
         const std::string shape = names.fresh(n.inputs[1] + "/row");
         if (const Tensor* constant_target = constant(g, producer, n.inputs[1])) {
           Tensor target = constant_target->clone();
-          target.data<int64_t>()[nr->second.axis] = 1;
+          target.data<int64_t>()[row.axis] = 1;
           g.initializers.set(shape, std::move(target));
         } else {
           const auto rank = static_cast<int64_t>(shape_of(g, n.outputs[0])->size());
-          nodes.push_back(set_entry(n.inputs[1], rank, nr->second.axis, 1, shape));
+          nodes.push_back(set_entry(n.inputs[1], rank, row.axis, 1, shape));
         }
         n.inputs[1] = shape;
       }
@@ -313,9 +315,9 @@ int narrow_to_gathered_rows(Graph& g, NameSource& names) {
     }
     nodes.push_back(std::move(n));
   }
-  for (const auto& [i, r] : narrowed) {
+  for (const auto& [i, made] : narrowed) {
     ValueInfo& vi = g.value_info[g.nodes[i].outputs[0]];
-    (*vi.shape)[static_cast<size_t>(r.axis)] = Dim{1, ""};
+    (*vi.shape)[static_cast<size_t>(made.first.axis)] = Dim{1, ""};
   }
   g.nodes = std::move(nodes);
   return changed;

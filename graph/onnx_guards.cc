@@ -10,11 +10,8 @@
 #include "graph/onnx_io.h"
 
 namespace omt {
-namespace {
 
 bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
-
-}  // namespace
 
 // Note [BatchNormalization training form]: PyTorch exports training-mode BatchNormalization
 // at opset <= 13 with five outputs (Y, running mean/var, saved mean/var). ONNX 1.12's

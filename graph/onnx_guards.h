@@ -13,6 +13,9 @@
 
 namespace omt {
 
+// The default ONNX domain, however a file spells it ("" or "ai.onnx").
+bool is_default_domain(const std::string& d);
+
 // Note [BatchNormalization training form]: drops the saved-statistics outputs of
 // training-mode BatchNormalization at opset <= 13; returns the nodes it changed.
 std::set<std::string> strip_bn_saved_outputs(onnx::GraphProto* g, const std::string& source);

@@ -29,8 +29,6 @@
 namespace omt {
 namespace {
 
-bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
-
 std::string dir_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);

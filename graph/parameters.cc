@@ -34,6 +34,18 @@ bool is_torch_tensor(const Graph& g, const std::string& name) {
 
 }  // namespace
 
+bool is_exporter_name(const std::string& name) {
+  if (name.rfind("onnx::", 0) == 0) return true;
+  if (name.rfind("val_", 0) != 0 || name.size() == 4) return false;
+  return name.find_first_not_of("0123456789", 4) == std::string::npos;
+}
+
+bool has_torch_signature(const Graph& g) {
+  for (const auto& [name, md] : g.initializer_metadata)
+    if (md.count(kTorchSignatureKind)) return true;
+  return false;
+}
+
 std::vector<std::string> parse_name_list(const std::string& text) {
   std::vector<std::string> out;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -60,8 +72,7 @@ const char* initializer_role_name(InitializerRole role) {
 
 std::vector<InitializerClass> classify_initializers(const Graph& g) {
   const std::set<std::string> stats = batchnorm_statistics(g);
-  bool torch_signature = false;  // a file from PyTorch's dynamo exporter
-  for (const auto& [name, md] : g.initializer_metadata) torch_signature |= md.count(kTorchSignatureKind) > 0;
+  const bool torch_signature = has_torch_signature(g);
 
   std::vector<InitializerClass> out;
   for (const auto& name : g.initializers.names()) {
@@ -140,13 +151,6 @@ std::string copy_relation(const Tensor& copy, const Tensor& src) {
     for (int64_t j = 0; j < copy.dim(1); ++j)
       if (std::memcmp(a + (i * copy.dim(1) + j) * es, b + (j * src.dim(1) + i) * es, es) != 0) return "";
   return "Transpose";
-}
-
-// A name the exporter made up for a folded value: "val_12" (dynamo), "onnx::MatMul_656" (legacy).
-bool is_exporter_name(const std::string& name) {
-  if (name.rfind("onnx::", 0) == 0) return true;
-  if (name.rfind("val_", 0) != 0 || name.size() == 4) return false;
-  return name.find_first_not_of("0123456789", 4) == std::string::npos;
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ struct InitializerClass {
 // "PARAMETER", "BUFFER", ... (Note [Exporter metadata]).
 constexpr const char* kTorchSignatureKind = "pkg.torch.export.graph_signature.InputSpec.kind";
 
+// Whether an initializer carries that record: a file from PyTorch's dynamo exporter.
+bool has_torch_signature(const Graph& g);
+
 // Metadata keys that import adds to the initializers it makes for torch parameters its
 // exporters merged or deleted (graph/torch_parameters.h); classify_initializers says so.
 constexpr const char* kUntiedFrom = "onnx-mirror.untied_from";      // the tensor it had been merged into
@@ -46,6 +49,10 @@ std::vector<InitializerClass> classify_initializers(const Graph& graph);
 // W (Transpose, or Identity for an equal copy), so W alone is trained and stays tied.
 // Returns the names of the copies replaced.
 std::vector<std::string> tie_folded_copies(Graph& graph);
+
+// A name an exporter made up for a value rather than a torch tensor's: "val_12" (dynamo),
+// "onnx::MatMul_656" (legacy).
+bool is_exporter_name(const std::string& name);
 
 // "['a.weight', 'val_3']" (a Python list of strings as PyTorch's exporter prints it in
 // metadata) -> {"a.weight", "val_3"}.

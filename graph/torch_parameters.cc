@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "graph/onnx_guards.h"
 #include "graph/parameters.h"
 
 namespace omt {
@@ -14,8 +15,6 @@ namespace {
 constexpr const char* kFxNode = "pkg.torch.onnx.fx_node";
 constexpr const char* kNameScopes = "pkg.torch.onnx.name_scopes";
 constexpr int64_t kMaxRestoredBias = int64_t{1} << 22;  // elements: beyond any real layer's width
-
-bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
 size_t float_size(int32_t type) {
   switch (type) {
@@ -77,26 +76,25 @@ void collect_nested_reads(const onnx::GraphProto& g, std::set<std::string>* out)
   }
 }
 
-// Every name a value of the graph has (to give new tensors names nothing else holds).
-std::set<std::string> names_in_use(const onnx::GraphProto& g) {
-  std::set<std::string> used;
+// Every name a value of the graph has, given what the graphs nested in it read (to give new
+// tensors names nothing else holds).
+std::set<std::string> names_in_use(const onnx::GraphProto& g, const std::set<std::string>& nested) {
+  std::set<std::string> used = nested;
   for (const auto& t : g.initializer()) used.insert(t.name());
   for (const auto& v : g.input()) used.insert(v.name());
   for (const auto& v : g.output()) used.insert(v.name());
   for (const auto& v : g.value_info()) used.insert(v.name());
   for (const auto& n : g.node())
     for (const auto& o : n.output()) used.insert(o);
-  collect_nested_reads(g, &used);
+  for (const auto& n : g.node())
+    for (const auto& i : n.input()) used.insert(i);
   return used;
 }
 
-// A name an exporter made up for a value rather than a torch tensor's: "onnx::Conv_12",
-// "/layer1/Relu_output_0" (legacy), "val_12" (dynamo; onnx-mirror's own trained files tie a
-// folded copy to its source as Identity(source) -> val_12, Note [Tied copies]).
-bool is_exporter_value(const std::string& name) {
-  if (name.empty() || name.rfind("onnx::", 0) == 0 || name[0] == '/') return true;
-  return name.size() > 4 && name.rfind("val_", 0) == 0 && name.find_first_not_of("0123456789", 4) == std::string::npos;
-}
+// A name an exporter made up for a value rather than a torch tensor's: is_exporter_name's,
+// or the legacy exporter's "/layer1/Relu_output_0". (onnx-mirror's own trained files tie a
+// folded copy to its source as Identity(source) -> val_12, Note [Tied copies].)
+bool is_exporter_value(const std::string& name) { return name.empty() || name[0] == '/' || is_exporter_name(name); }
 
 }  // namespace
 
@@ -120,17 +118,16 @@ bool is_exporter_value(const std::string& name) {
 // (Gemm and Conv nodes lose their input C or B). Where the node's fx node reads a bias
 // parameter named as above, the bias comes back as zeros of its layer's width, a
 // parameter. A node whose fx node reads no bias had none in torch.
-RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, InitializerMetadata* metadata) {
-  RecoveredParameters out;
-  if (model->producer_name() != "pytorch") return out;
+void recover_torch_parameters(onnx::ModelProto* model, InitializerMetadata* metadata) {
+  if (model->producer_name() != "pytorch") return;
   onnx::GraphProto* g = model->mutable_graph();
-  std::set<std::string> used = names_in_use(*g);
-  std::set<std::string> nested;
+  std::set<std::string> nested;  // what the graphs nested in nodes read
   for (const auto& n : g->node())
     for (const auto& a : n.attribute()) {
       if (a.has_g()) collect_nested_reads(a.g(), &nested);
       for (const auto& sub : a.graphs()) collect_nested_reads(sub, &nested);
     }
+  std::set<std::string> used = names_in_use(*g, nested);
   std::set<std::string> outputs;
   for (const auto& v : g->output()) outputs.insert(v.name());
   bool dynamo = false;
@@ -140,6 +137,7 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
     std::map<std::string, int> initializer;
     for (int i = 0; i < g->initializer_size(); ++i) initializer[g->initializer(i).name()] = i;
     std::vector<bool> dropped(static_cast<size_t>(g->node_size()), false);
+    bool untied = false;
     for (int i = 0; i < g->node_size(); ++i) {
       const onnx::NodeProto& n = g->node(i);
       if (n.op_type() != "Identity" || !is_default_domain(n.domain()) || n.input_size() != 1 || n.output_size() != 1)
@@ -154,14 +152,14 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
       *g->add_initializer() = std::move(copy);
       (*metadata)[name][kUntiedFrom] = n.input(0);
       dropped[static_cast<size_t>(i)] = true;
-      out.untied.push_back(name);
+      untied = true;
     }
-    if (out.untied.empty()) return out;
+    if (!untied) return;
     google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
     for (int i = 0; i < g->node_size(); ++i)
       if (!dropped[static_cast<size_t>(i)]) *kept.Add() = std::move(*g->mutable_node(i));
     g->mutable_node()->Swap(&kept);
-    return out;
+    return;
   }
 
   std::map<std::string, std::vector<std::pair<int, int>>> readers;  // name -> (node, input)
@@ -194,7 +192,6 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
       own_md[kUntiedFrom] = name;
       (*metadata)[own] = std::move(own_md);
       used.insert(own);
-      out.untied.push_back(own);
     }
   }
 
@@ -234,9 +231,7 @@ RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, Initialize
     (*metadata)[bias][kTorchSignatureKind] = "PARAMETER";
     (*metadata)[bias][kRestoredBias] = n.name();
     used.insert(bias);
-    out.restored.push_back(bias);
   }
-  return out;
 }
 
 }  // namespace omt

@@ -18,13 +18,9 @@ namespace omt {
 // kUntiedFrom and kRestoredBias (graph/parameters.h) to the tensors it makes.
 using InitializerMetadata = std::map<std::string, std::map<std::string, std::string>>;
 
-struct RecoveredParameters {
-  std::vector<std::string> untied;    // Note [Deduplicated parameters]
-  std::vector<std::string> restored;  // Note [Dropped biases]
-};
-
-// Note [Deduplicated parameters] and Note [Dropped biases] (graph/torch_parameters.cc).
-// Does nothing to files that PyTorch did not write.
-RecoveredParameters recover_torch_parameters(onnx::ModelProto* model, InitializerMetadata* metadata);
+// Note [Deduplicated parameters] and Note [Dropped biases] (graph/torch_parameters.cc): the
+// merged tensors get copies of their own and the deleted biases come back, each with its
+// metadata in `metadata`. Does nothing to files that PyTorch did not write.
+void recover_torch_parameters(onnx::ModelProto* model, InitializerMetadata* metadata);
 
 }  // namespace omt
