@@ -29,6 +29,11 @@
 namespace omt {
 namespace {
 
+// Note [ConvTranspose shape inference]: the shape inference passes that show hidden Convs
+// again visit at most this many nodes together (a ResNet-152 without value_info: 155 passes
+// of about 500 nodes, 78 thousand).
+constexpr int64_t kMaxShownConvVisits = int64_t{1} << 21;
+
 std::string dir_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
@@ -448,19 +453,29 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
     // size from W's dimensions 2.. and indexes it by X's spatial axes, so a W whose rank is
     // not X's crashes it (SIGSEGV, both found by tests/fuzz/fuzz_onnx). Where the file
     // declares both ranks they are checked here (a model error when they cannot be a
-    // convolution); where it does not, the node is hidden like such an Einsum.
+    // convolution); where it does not, the node is hidden like such an Einsum, and shown
+    // again (ranks checked) once shape inference has found its inputs' ranks. A file without
+    // value_info (torch's legacy exporter writes none) declares only the first Conv's X, so
+    // each pass reaches the next Conv and the passes repeat until no hidden Conv is shown,
+    // or until they have visited kMaxShownConvVisits nodes in all (a deep chain's later Convs
+    // then stay hidden, and their shapes are found at run time). Before, such a file had no
+    // shapes past its first Conv, and the training passes that read shapes saw none.
     const auto ranks = declared_ranks(proto.graph());
-    std::vector<int> hidden;
+    std::vector<int> hidden, hidden_convs;
+    auto check_conv_ranks = [&](const onnx::NodeProto& n, int i, int x, int w) {
+      OMT_CHECK(x >= 3 && w == x, kModel, "'", source, "': ", n.op_type(), " node '", node_label(n, i),
+                "' has X of rank ", x, " and W of rank ", w,
+                "; X must be [N, C, spatial...] (rank 3 or more) and W [channels, channels, kernel...] of the same rank");
+    };
     for (int i = 0; i < proto.graph().node_size(); ++i) {
       auto* n = proto.mutable_graph()->mutable_node(i);
       if ((n->op_type() == "ConvTranspose" || n->op_type() == "Conv") && is_default_domain(n->domain())) {
         const int x = rank_of(ranks, *n, 0), w = rank_of(ranks, *n, 1);
-        OMT_CHECK(x < 0 || w < 0 || (x >= 3 && w == x), kModel, "'", source, "': ", n->op_type(), " node '",
-                  node_label(*n, i), "' has X of rank ", x, " and W of rank ", w,
-                  "; X must be [N, C, spatial...] (rank 3 or more) and W [channels, channels, kernel...] of the same rank");
+        if (x >= 0 && w >= 0) check_conv_ranks(*n, i, x, w);
         if (x < 0 || w < 0) {
           n->set_domain("com.onnx-mirror.hidden");
           hidden.push_back(i);
+          hidden_convs.push_back(i);
         }
         continue;
       }
@@ -489,6 +504,25 @@ Model parse_onnx(const std::string& bytes, const std::string& source,
       si.check_type = false;
       si.error_mode = 0;
       onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), si);
+      int64_t visits = proto.graph().node_size();
+      for (bool shown = true; shown && !hidden_convs.empty() && visits <= kMaxShownConvVisits;
+           visits += proto.graph().node_size()) {
+        const auto inferred = declared_ranks(proto.graph());
+        std::vector<int> still;
+        for (int i : hidden_convs) {
+          auto* n = proto.mutable_graph()->mutable_node(i);
+          const int x = rank_of(inferred, *n, 0), w = rank_of(inferred, *n, 1);
+          if (x < 0 || w < 0) {
+            still.push_back(i);
+            continue;
+          }
+          check_conv_ranks(*n, i, x, w);
+          n->set_domain("");
+        }
+        shown = still.size() < hidden_convs.size();
+        hidden_convs = std::move(still);
+        if (shown) onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), si);
+      }
       check_propagation_budget(proto.graph(), opset, source);  // Note [Data propagation budget]
       si.enable_data_propagation = true;
       onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), si);

@@ -138,6 +138,52 @@ TEST(OnnxImport, EinsumWithEllipsesOfDifferentRanks) {
   EXPECT_EQ(session.run(feeds).at("y").shape(), (Shape{2, 3, 2}));
 }
 
+// Note [ConvTranspose shape inference]: a file without value_info (torch's legacy exporter
+// writes none) declares only the first Conv's X. The Convs after it are hidden from ONNX's
+// shape inference until a pass has found their inputs' ranks, and then shown: every value
+// gets its shape (before, none past the first Conv had one), and a rank that cannot be a
+// convolution's, found only by inference, is a model error at import.
+TEST(OnnxImport, ConvChainsWithoutValueInfoGetTheirShapes) {
+  auto info = [](const char* name, Shape shape) {
+    ValueInfo v;
+    v.name = name;
+    v.dtype = DType::kFloat32;
+    v.shape.emplace();
+    for (int64_t d : shape) v.shape->push_back(Dim{d, ""});
+    return v;
+  };
+  auto chain = [&](Shape x, Shape w2) {
+    Model m;
+    m.opsets.push_back({"", kCanonicalOpset});
+    m.graph.inputs = {info("x", x)};
+    ValueInfo y = info("y", {});
+    y.shape->assign(x.size(), Dim{});  // the rank only
+    m.graph.outputs = {y};
+    Shape w1 = {4, x[1]};
+    w1.resize(x.size(), 3);
+    m.graph.initializers.set("w1", Tensor::zeros(DType::kFloat32, w1));
+    m.graph.initializers.set("w2", Tensor::zeros(DType::kFloat32, w2));
+    Node c1 = test::graph_node("c1", "Conv", {"x", "w1"}, {"a"});
+    c1.attrs.set("pads", std::vector<int64_t>(2 * (x.size() - 2), 1));
+    Node c2 = test::graph_node("c2", "Conv", {"b", "w2"}, {"c"});
+    c2.attrs.set("strides", std::vector<int64_t>(w2.size() - 2, 2));
+    m.graph.nodes = {c1, test::graph_node("r1", "Relu", {"a"}, {"b"}), c2, test::graph_node("r2", "Relu", {"c"}, {"y"})};
+    return serialize_onnx(m);
+  };
+  const Model m = parse_onnx(chain({2, 3, 8, 8}, {5, 4, 2, 2}), "chain.onnx");
+  const ValueInfo* c = m.graph.find_value("c");
+  ASSERT_TRUE(c && c->shape) << "no shape for the second Conv's output";
+  EXPECT_EQ(c->shape_str(), "[2,5,4,4]");
+  try {  // a Conv cannot read the rank-3 b with a rank-4 W (for ONNX's inference, a crash)
+    parse_onnx(chain({2, 3, 8}, {5, 4, 2, 2}), "bad.onnx");
+    ADD_FAILURE() << "imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kModel) << e.what();
+    for (const char* part : {"'bad.onnx'", "Conv node 'c2'", "X of rank 3 and W of rank 4"})
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 // Note [External data stays in the model's folder]: external data resolves against the
 // model file's folder (whatever the working directory), and nothing outside it, nothing
 // that is not a regular file and nothing past a file's end is read.
