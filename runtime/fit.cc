@@ -235,6 +235,20 @@ MirrorOptions fit_mirror_options(const FitOptions& o) {
 FitResult fit(MirroredTrainer& trainer, std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
               const FitOptions& o, std::ostream& log) {
   prepare_outputs(o);
+  // Nothing reads the shared parameters while fit runs: their cropped weights are written
+  // once, at the end (MirroredTrainer::defer_shared_writes), and on the way out of an error.
+  struct WriteShared {
+    MirroredTrainer& trainer;
+    bool done = false;
+    ~WriteShared() {
+      if (done) return;
+      try {
+        trainer.defer_shared_writes(false);
+      } catch (...) {  // the error already on its way out says more
+      }
+    }
+  } write_shared{trainer};
+  trainer.defer_shared_writes(true);
   FitRun run(trainer, std::move(model), train, val, o, log);
   run.resume();
   run.log_start();
@@ -252,6 +266,8 @@ FitResult fit(MirroredTrainer& trainer, std::shared_ptr<const Model> model, cons
   run.measure_single();
   run.report();
   run.late.throw_if_failed();
+  write_shared.done = true;
+  trainer.defer_shared_writes(false);
   return std::move(run.result);
 }
 

@@ -176,6 +176,16 @@ void FitRun::log_start() {
   if (tg.narrowed_nodes > 0)
     log << "the output reads one position of a sequence: " << tg.narrowed_nodes
         << " nodes before it compute that position only (Note [Rows the loss never reads])\n";
+  if (const auto& cropped = trainer.cropped_weights(); !cropped.empty()) {
+    int64_t all = 0, kept = 0;
+    for (const auto& c : cropped) {
+      all += c.full.numel();
+      kept += shape_numel(c.extents);
+    }
+    log << "the input is smaller than the reach of " << cropped.size() << " convolution kernels: " << all - kept
+        << " of their " << all << " weights read only padding, and train as they stay, unchanged "
+        << "(Note [Kernel taps that read only padding])\n";
+  }
 }
 
 void FitRun::check_finite(const MirroredStepResult& res, int64_t epoch) const {

@@ -79,6 +79,56 @@ struct MirroredTrainer::Impl {
   std::unique_ptr<ReplicaStrategy> strategy;  // HostReplicas or DeviceReplicas
   std::unique_ptr<ReplicaPool> pool;
   mutable NamedTensors host_params, host_state;  // GPU: what parameters() and state() return
+  // Note [Kernel taps that read only padding]: what was cropped, the model as given (core's
+  // is cropped; null when nothing was), and what parameters() and state() return then.
+  std::vector<CroppedWeight> cropped;
+  std::shared_ptr<const Model> whole_model;
+  mutable NamedTensors whole_params, whole_state;
+  // The shared parameters (Note [Shared parameters]) that train cropped: replica 0 trains
+  // windows of its own, written into these after every step and load().
+  NamedTensors shared_whole;
+  bool defer_shared = false;  // defer_shared_writes
+
+  const CroppedWeight* crop_of(const std::string& name) const {
+    for (const auto& c : cropped)
+      if (c.name == name) return &c;
+    return nullptr;
+  }
+  // Parameter `name` with `value`, put back whole when it is a cropped weight.
+  Tensor whole(const std::string& name, const Tensor& value) const {
+    const CroppedWeight* c = crop_of(name);
+    return c == nullptr ? value : with_window(c->full, value, c->starts);
+  }
+  // `view` (replica 0's values) with cropped weights (buffers: those of cropped weights) put
+  // back whole into `out`, whose whole tensors are kept from call to call: the cut taps never
+  // change, so each call writes the windows only, and a name or tensor taken from an
+  // earlier call stays valid.
+  const NamedTensors& whole_view(const NamedTensors& view, NamedTensors& out, bool buffers) const {
+    for (const auto& n : view.names()) {
+      const CroppedWeight* c = crop_of(buffers ? buffer_owner(n) : n);
+      if (c == nullptr) {
+        if (out.has(n)) out.at(n) = view.at(n);
+        else out.set(n, view.at(n));
+        continue;
+      }
+      if (!out.has(n)) out.set(n, buffers ? Tensor::zeros(c->full.dtype(), c->full.shape()) : c->full.clone());
+      write_window(out.at(n), view.at(n), c->starts);
+    }
+    return out;
+  }
+  // Replica 0's trained windows into the shared parameters they came from.
+  void write_shared() {
+    if (shared_whole.size() == 0) return;
+    const NamedTensors& v = strategy->host_view(core.reps[0].params, host_params);
+    for (const auto& n : shared_whole.names())
+      if (v.has(n)) write_window(shared_whole.at(n), v.at(n), crop_of(n)->starts);
+  }
+  // The parameter that state `name` is an optimizer buffer of; "" for other states.
+  std::string buffer_owner(const std::string& name) const {
+    for (const auto& st : core.tg.states)
+      if (st.name == name && !is_batchnorm_statistic(st.kind)) return st.param;
+    return "";
+  }
 };
 
 MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const TrainingSpec& spec,
@@ -92,6 +142,20 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   check_thread_count(options.threads_per_replica, "the number of kernel threads per replica (--threads)");
   TrainingSpec s = spec;
   s.with_optimizer = true;
+  // Note [Kernel taps that read only padding]: only where nothing decays the weights.
+  if (options.crop_dead_kernel_taps && spec.optimizer.weight_decay == 0.0f) {
+    Model cropped = *m.model;
+    impl_->cropped = crop_dead_kernel_taps(cropped.graph);
+    if (!impl_->cropped.empty()) {
+      impl_->whole_model = m.model;
+      m.model = std::make_shared<const Model>(std::move(cropped));
+    }
+    for (const auto& c : impl_->cropped)
+      if (m.opt.shared_parameters.has(c.name)) {
+        impl_->shared_whole.set(c.name, m.opt.shared_parameters.at(c.name));
+        m.opt.shared_parameters.erase(c.name);
+      }
+  }
   m.tg = build_training_graph(*m.model, s);
   // The CPU keeps one Session-made backend per Session; a GPU one backend per replica.
   const bool on_device = options.session.backend ? options.session.backend->device().kind != DeviceKind::kCpu
@@ -111,7 +175,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   m.ready_after.assign(m.plan.backward.graph.nodes.size(), {});
   for (size_t b = 0; b < m.plan.buckets.buckets.size(); ++b)
     m.ready_after[m.plan.buckets.buckets[b].ready_node].push_back(static_cast<int>(b));
-  check_shared_parameters(*m.model, options.shared_parameters);
+  check_shared_parameters(*m.model, m.opt.shared_parameters);
   OMT_CHECK(!(options.clip_grad_norm > 0) || !on_device, kUnsupported,
             "--clip-grad-norm runs on CPU replicas only so far; train on the CPU or without clipping");
   OMT_CHECK(std::isfinite(options.clip_grad_norm) && options.clip_grad_norm >= 0, kInvalidArgument,
@@ -250,6 +314,7 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
     result.timing.exposed_comm_ms += rep.exposed_ms / m.R;
   }
   strategy.sync_shared();
+  if (!impl_->defer_shared) impl_->write_shared();
   result.timing.comm_ms = m.reducer->comm_ms();
   result.timing.step_ms = (m.clock.now_us() - t0) / 1000.0;
   ++m.steps;
@@ -315,18 +380,52 @@ std::string MirroredTrainer::first_nonfinite() const {
 }
 
 const NamedTensors& MirroredTrainer::parameters() const {
-  return impl_->strategy->host_view(impl_->core.reps[0].params, impl_->host_params);
+  const NamedTensors& v = impl_->strategy->host_view(impl_->core.reps[0].params, impl_->host_params);
+  return impl_->cropped.empty() ? v : impl_->whole_view(v, impl_->whole_params, false);
 }
 const NamedTensors& MirroredTrainer::state() const {
-  return impl_->strategy->host_view(impl_->core.reps[0].state, impl_->host_state);
+  const NamedTensors& v = impl_->strategy->host_view(impl_->core.reps[0].state, impl_->host_state);
+  return impl_->cropped.empty() ? v : impl_->whole_view(v, impl_->whole_state, true);
+}
+const std::vector<CroppedWeight>& MirroredTrainer::cropped_weights() const { return impl_->cropped; }
+
+void MirroredTrainer::defer_shared_writes(bool defer) {
+  if (impl_->defer_shared && !defer) impl_->write_shared();
+  impl_->defer_shared = defer;
 }
 int64_t MirroredTrainer::steps_done() const { return impl_->core.steps; }
 const MirrorPlan& MirroredTrainer::plan() const { return impl_->core.plan; }
 const TrainingGraph& MirroredTrainer::training_graph() const { return impl_->core.tg; }
 
-void MirroredTrainer::load(const NamedTensors& params, const NamedTensors& state, int64_t steps_done) {
+void MirroredTrainer::load(const NamedTensors& whole_params, const NamedTensors& whole_state, int64_t steps_done) {
   MirrorCore& m = impl_->core;
   ReplicaStrategy& strategy = *impl_->strategy;
+  // Note [Kernel taps that read only padding]: cropped weights and their buffers come whole;
+  // the replicas take their windows, and the rest of each weight is kept for putting back.
+  NamedTensors params = whole_params, state = whole_state;
+  for (auto& c : impl_->cropped) {
+    if (!params.has(c.name)) continue;
+    const Tensor& w = params.at(c.name);
+    OMT_CHECK(w.dtype() == c.full.dtype() && w.shape() == c.full.shape(), kInvalidArgument, "parameter '", c.name,
+              "' is ", w.describe(), " in the checkpoint but ", c.full.describe(), " in the model");
+    c.full = w.clone();
+    params.set(c.name, window_of(w, c.starts, c.extents));
+    if (impl_->whole_params.has(c.name)) impl_->whole_params.at(c.name) = c.full.clone();
+  }
+  for (const auto& n : whole_state.names()) {
+    const CroppedWeight* c = impl_->crop_of(impl_->buffer_owner(n));
+    if (c == nullptr) continue;
+    const Tensor& b = whole_state.at(n);
+    OMT_CHECK(b.dtype() == c->full.dtype() && b.shape() == c->full.shape(), kInvalidArgument, "state '", n, "' is ",
+              b.describe(), " in the checkpoint but ", c->full.describe(), " in the model");
+    Tensor window = window_of(b, c->starts, c->extents);
+    const Tensor back = with_window(Tensor::zeros(b.dtype(), b.shape()), window, c->starts);
+    OMT_CHECK(std::memcmp(back.raw(), b.raw(), b.nbytes()) == 0, kInvalidArgument, "state '", n,
+              "' in the checkpoint is not zero at the kernel taps of '", c->name,
+              "' that read only padding at the model's input size, which this run trains cropped (Note [Kernel taps "
+              "that read only padding]); resume it with the weight decay and input size it was written with");
+    state.set(n, std::move(window));
+  }
   for (int r = 0; r < m.R; ++r) {
     Replica& rep = m.reps[r];
     for (const auto& n : rep.params.names()) {
@@ -345,14 +444,16 @@ void MirroredTrainer::load(const NamedTensors& params, const NamedTensors& state
     }
   }
   strategy.sync_shared();
+  impl_->write_shared();
   m.steps = steps_done;
 }
 
 Model MirroredTrainer::trained_model() const {
   const MirrorCore& m = impl_->core;
   const ReplicaStrategy& strategy = *impl_->strategy;
-  Model out = *m.model;
-  for (const auto& p : m.tg.params) out.graph.initializers.at(p.name) = strategy.host_clone(0, m.reps[0].params.at(p.name));
+  Model out = impl_->whole_model ? *impl_->whole_model : *m.model;
+  for (const auto& p : m.tg.params)
+    out.graph.initializers.at(p.name) = impl_->whole(p.name, strategy.host_clone(0, m.reps[0].params.at(p.name)));
   for (const auto& s : m.plan.batchnorm_states) out.graph.initializers.at(s) = strategy.host_clone(0, m.reps[0].state.at(s));
   make_inference_mode(out.graph);  // Note [Trained models are inference models]
   return out;
