@@ -182,8 +182,8 @@ void FitRun::log_start() {
       all += c.full.numel();
       kept += shape_numel(c.extents);
     }
-    log << "the input is smaller than the reach of " << cropped.size() << " convolution kernels: " << all - kept
-        << " of their " << all << " weights read only padding, and train as they stay, unchanged "
+    log << cropped.size() << " convolution weights train cropped to the kernel taps that read input: " << all - kept
+        << " of their " << all << " values read only padding at the model's input size and stay as they are "
         << "(Note [Kernel taps that read only padding])\n";
   }
 }

@@ -123,6 +123,10 @@ struct MirroredTrainer::Impl {
     for (const auto& n : shared_whole.names())
       if (v.has(n)) write_window(shared_whole.at(n), v.at(n), crop_of(n)->starts);
   }
+  // Cropped weight `c` whole into its shared parameter, if it has one.
+  void whole_to_shared(const CroppedWeight& c) {
+    if (shared_whole.has(c.name)) std::memcpy(shared_whole.at(c.name).raw(), c.full.raw(), c.full.nbytes());
+  }
   // The parameter that state `name` is an optimizer buffer of; "" for other states.
   std::string buffer_owner(const std::string& name) const {
     for (const auto& st : core.tg.states)
@@ -187,6 +191,14 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
     impl_->strategy = std::make_unique<DeviceReplicas>(m, probe);
   else
     impl_->strategy = std::make_unique<HostReplicas>(m);
+  // Every process starts from process 0's parameters (the strategies broadcast the trained
+  // ones): the cut taps of cropped weights too.
+  for (auto& c : impl_->cropped)
+    if (m.processes.several()) {
+      c.full = c.full.clone();
+      m.processes.broadcast(c.full.raw(), static_cast<size_t>(c.full.numel()), c.full.dtype());
+      impl_->whole_to_shared(c);
+    }
   // The threads last: until now nothing could run on them.
   ReplicaPool::Options po;
   po.replicas = m.R;
@@ -411,6 +423,7 @@ void MirroredTrainer::load(const NamedTensors& whole_params, const NamedTensors&
     c.full = w.clone();
     params.set(c.name, window_of(w, c.starts, c.extents));
     if (impl_->whole_params.has(c.name)) impl_->whole_params.at(c.name) = c.full.clone();
+    impl_->whole_to_shared(c);
   }
   for (const auto& n : whole_state.names()) {
     const CroppedWeight* c = impl_->crop_of(impl_->buffer_owner(n));
