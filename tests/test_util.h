@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,15 @@ inline ::testing::AssertionResult tensors_close(const Tensor& got, const Tensor&
       return ::testing::AssertionFailure() << "element " << i << ": got " << g << ", want " << w;
   }
   return ::testing::AssertionSuccess();
+}
+
+// A float32 tensor of normal(0, stddev) values drawn from seed `seed`.
+inline Tensor random_normal(const Shape& shape, uint32_t seed, float stddev) {
+  Tensor t = Tensor::empty(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
 }
 
 inline bool tensors_identical(const Tensor& a, const Tensor& b) {

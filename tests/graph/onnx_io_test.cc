@@ -106,19 +106,21 @@ TEST(OnnxImport, OpsNewerThanTheCanonicalOpsetAreNamedWithTheirNodes) {
   }
 }
 
+// A float32 value of fixed `shape`.
+ValueInfo info(const char* name, Shape shape) {
+  ValueInfo v;
+  v.name = name;
+  v.dtype = DType::kFloat32;
+  v.shape.emplace();
+  for (int64_t d : shape) v.shape->push_back(Dim{d, ""});
+  return v;
+}
+
 // Note [Einsum shape inference]: ellipses of different ranks crash ONNX's own shape
 // inference; import must survive it and the node still runs.
 TEST(OnnxImport, EinsumWithEllipsesOfDifferentRanks) {
   Model m;
   m.opsets.push_back({"", kCanonicalOpset});
-  auto info = [](const char* name, Shape shape) {
-    ValueInfo v;
-    v.name = name;
-    v.dtype = DType::kFloat32;
-    v.shape.emplace();
-    for (int64_t d : shape) v.shape->push_back(Dim{d, ""});
-    return v;
-  };
   m.graph.inputs = {info("a", {3, 4}), info("b", {2, 4, 2})};
   m.graph.outputs = {info("y", {2, 3, 2})};
   Node n;
@@ -144,15 +146,7 @@ TEST(OnnxImport, EinsumWithEllipsesOfDifferentRanks) {
 // gets its shape (before, none past the first Conv had one), and a rank that cannot be a
 // convolution's, found only by inference, is a model error at import.
 TEST(OnnxImport, ConvChainsWithoutValueInfoGetTheirShapes) {
-  auto info = [](const char* name, Shape shape) {
-    ValueInfo v;
-    v.name = name;
-    v.dtype = DType::kFloat32;
-    v.shape.emplace();
-    for (int64_t d : shape) v.shape->push_back(Dim{d, ""});
-    return v;
-  };
-  auto chain = [&](Shape x, Shape w2) {
+  auto chain = [](Shape x, Shape w2) {
     Model m;
     m.opsets.push_back({"", kCanonicalOpset});
     m.graph.inputs = {info("x", x)};

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 
 #include "graph/dead_taps.h"
 #include "runtime/mirrored_trainer.h"
@@ -18,13 +17,7 @@
 namespace omt {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.2f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+Tensor random_tensor(const Shape& shape, uint32_t seed) { return test::random_normal(shape, seed, 0.2f); }
 
 ValueInfo value(const std::string& name, std::vector<Dim> dims) { return ValueInfo{name, DType::kFloat32, dims}; }
 

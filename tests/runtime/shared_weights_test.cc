@@ -6,8 +6,6 @@
 // them by about the learning rate times the gradient, far outside the tolerance.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "common/parameter_versions.h"
 #include "runtime/mirrored_trainer.h"
 #include "runtime/predictor.h"
@@ -17,13 +15,7 @@
 namespace omt {
 namespace {
 
-Tensor random_weights(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 0.1f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+Tensor random_weights(const Shape& shape, uint32_t seed) { return test::random_normal(shape, seed, 0.1f); }
 
 // x [4, 16, 6, 6] -> Conv 16->32 3x3 pad 1 (blocked weights) -> Relu -> MaxPool 3x3 stride 3
 // -> Conv 32->32 3x3 pad 1 on a 2x2 map (every output sees every input: Note [Convolutions on
