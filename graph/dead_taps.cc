@@ -163,14 +163,17 @@ Tensor with_window(const Tensor& full, const Tensor& window, const std::vector<i
 std::vector<CroppedWeight> crop_dead_kernel_taps(Graph& g) {
   // Per initializer: the crop every reader agrees on, or none.
   std::map<std::string, std::pair<Crop, bool>> by_weight;  // name -> (crop, still possible)
+  std::map<size_t, std::vector<int64_t>> pads;              // node -> its pads once cropped
   std::set<std::string> outputs;
   for (const auto& o : g.outputs) outputs.insert(o.name);
-  for (const Node& n : g.nodes) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const std::string& v = n.inputs[k];
       if (!g.initializers.has(v)) continue;
       const bool weight_of_conv = k == 1 && n.domain.empty() && n.op_type == "Conv";
       Crop c = weight_of_conv ? crop_of(g, n) : Crop{};
+      if (!c.starts.empty()) pads[i] = c.pads;  // each reader's own: readers may differ in pads
       auto [it, fresh] = by_weight.emplace(v, std::make_pair(c, !c.starts.empty()));
       if (!fresh && (c.starts.empty() || c.starts != it->second.first.starts || c.extents != it->second.first.extents))
         it->second.second = false;
@@ -186,12 +189,12 @@ std::vector<CroppedWeight> crop_dead_kernel_taps(Graph& g) {
     g.initializers.at(name) = window_of(full, c.starts, c.extents);
     g.value_info.erase(name);
   }
-  for (Node& n : g.nodes) {
-    if (!(n.domain.empty() && n.op_type == "Conv" && n.inputs.size() >= 2)) continue;
+  for (const auto& [i, p] : pads) {
+    Node& n = g.nodes[i];
     const auto it = by_weight.find(n.inputs[1]);
-    if (it == by_weight.end() || !it->second.second || outputs.count(n.inputs[1])) continue;
+    if (!it->second.second || outputs.count(n.inputs[1])) continue;
     const Crop& c = it->second.first;
-    n.attrs.set("pads", c.pads);
+    n.attrs.set("pads", p);
     if (n.attrs.has("kernel_shape")) n.attrs.set("kernel_shape", std::vector<int64_t>(c.extents.begin() + 2, c.extents.end()));
   }
   return cropped;

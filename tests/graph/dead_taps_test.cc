@@ -2,6 +2,8 @@
 // crops, to what, and which it leaves whole.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "graph/dead_taps.h"
 #include "tests/test_util.h"
 
@@ -39,6 +41,27 @@ TEST(DeadTaps, ARowOfOneCropsTheKernelsRowsToTheCentre) {
   EXPECT_EQ(g.nodes[0].attrs.get_ints("pads"), (std::vector<int64_t>{0, 1, 0, 1}));
   EXPECT_TRUE(test::tensors_identical(with_window(c[0].full, g.initializers.at("w1"), c[0].starts), c[0].full));
   EXPECT_TRUE(test::tensors_identical(window_of(c[0].full, c[0].starts, c[0].extents), g.initializers.at("w1")));
+}
+
+// Two readers of one weight with the same window but other pads each keep their own.
+TEST(DeadTaps, EachReaderShrinksItsOwnPads) {
+  Graph g;
+  g.inputs.push_back(value("x1", {{-1, "N"}, {4, ""}, {2, ""}, {2, ""}}));
+  g.inputs.push_back(value("x2", {{-1, "N"}, {4, ""}, {2, ""}, {2, ""}}));
+  g.initializers.set("w1", counting({8, 4, 3, 3}));
+  for (const auto& [name, pads] : {std::pair<std::string, std::vector<int64_t>>{"1", {1, 1, 1, 1}},
+                                   std::pair<std::string, std::vector<int64_t>>{"2", {1, 1, 0, 0}}}) {
+    Node c = test::graph_node("conv" + name, "Conv", {"x" + name, "w1"}, {"y" + name});
+    c.attrs.set("pads", pads);
+    c.attrs.set("strides", std::vector<int64_t>{2, 2});
+    g.nodes.push_back(c);
+    g.outputs.push_back(value("y" + name, {{-1, "N"}, {8, ""}, {1, ""}, {1, ""}}));
+  }
+  const std::vector<CroppedWeight> c = crop_dead_kernel_taps(g);  // taps 1..2 of each axis in both
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].extents, (Shape{8, 4, 2, 2}));
+  EXPECT_EQ(g.nodes[0].attrs.get_ints("pads"), (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(g.nodes[1].attrs.get_ints("pads"), (std::vector<int64_t>{0, 0, 0, 0}));
 }
 
 TEST(DeadTaps, WeightsStayWholeWhereTheRuleDoesNotHold) {
