@@ -11,19 +11,23 @@
 // For those four weights (33 MB) that was about half of layer4's time, and, with both
 // cores streaming at once, much of what 2 replicas lose against 1.
 //
-// A weight whose gradient is always zero stays as it is while its optimizer state is zero
-// and nothing decays it: SGD with any momentum, dampening or Nesterov, and Adam, move
-// nothing on a zero gradient from zero state; weight decay would. So without weight decay
-// the trainer (runtime/mirrored_trainer.cc) gives the training graph such a weight cropped
-// to the taps that read input: each Conv reading it gets the cropped kernel_shape and pads
-// shrunk by what was cut on each side, so every output reads the same input elements with
-// the same weights. The values are the whole convolution's up to summation order (the cut
-// terms were products with padding zeros), and the gradients of the kept taps are the
-// whole ones'. The trainer puts the window back into the whole tensor wherever a weight
-// leaves it (trained model, parameters() and so checkpoints, the shared parameters of
-// Note [Shared parameters]), so the cut taps keep their values and their optimizer state
-// stays zero, as torch leaves them. A weight is cropped only when every node reading it is
-// such a Conv with the same window and it is no graph output.
+// A weight whose gradient is always zero moves only by what the optimizer does to a zero
+// gradient: nothing at all under SGD (any momentum, dampening or Nesterov) and Adam from zero
+// state; under weight decay, SGD's and AdamW's updates of such a weight and its momentum are
+// linear and the same for every element, so the cut taps follow one 2x2 map of their values
+// at the start (runtime/mirrored_trainer.cc: CutTaps). Adam's L2 decay feeds the decay
+// through its normalisation, which is not linear; there nothing is cropped. So the trainer
+// gives the training graph such a weight (float32) cropped to the taps that read input: each
+// Conv reading it gets the cropped kernel_shape and pads shrunk by what was cut on each side,
+// so every output reads the same input elements with the same weights. The values are the
+// whole convolution's up to summation order (the cut terms were products with padding
+// zeros), and the gradients of the kept taps are the whole ones'. The trainer puts the
+// window back into the whole tensor wherever a weight leaves it (trained model, parameters()
+// and so checkpoints, the shared parameters of Note [Shared parameters]), with the cut taps
+// and their optimizer state as torch would have them: as they started without decay, else
+// moved by the map (up to rounding: the map is applied once, in double). A weight is
+// cropped only when every node reading it is such a Conv with the same window and it is no
+// graph output.
 #include "graph/dead_taps.h"
 
 #include <cstdint>
@@ -53,10 +57,7 @@ Crop crop_of(const Graph& g, const Node& n) {
   const ValueInfo* x = g.find_value(n.inputs[0]);
   const Tensor& w = g.initializers.at(n.inputs[1]);
   const size_t r = w.rank() >= 2 ? w.rank() - 2 : 0;
-  if (x == nullptr || !x->shape || r == 0 || x->shape->size() != r + 2 ||
-      !(w.dtype() == DType::kFloat32 || w.dtype() == DType::kFloat64 || w.dtype() == DType::kFloat16 ||
-        w.dtype() == DType::kBFloat16))
-    return c;
+  if (x == nullptr || !x->shape || r == 0 || x->shape->size() != r + 2 || w.dtype() != DType::kFloat32) return c;
   const Shape k(w.shape().begin() + 2, w.shape().end());
   const std::vector<int64_t> ones(r, 1);
   const std::vector<int64_t> s = n.attrs.get_ints("strides", ones), d = n.attrs.get_ints("dilations", ones);

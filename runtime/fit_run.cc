@@ -183,7 +183,7 @@ void FitRun::log_start() {
       kept += shape_numel(c.extents);
     }
     log << cropped.size() << " convolution weights train cropped to the kernel taps that read input: " << all - kept
-        << " of their " << all << " values read only padding at the model's input size and stay as they are "
+        << " of their " << all << " values read only padding at the model's input size and get no gradient "
         << "(Note [Kernel taps that read only padding])\n";
   }
 }

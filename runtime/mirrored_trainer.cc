@@ -84,44 +84,106 @@ struct MirroredTrainer::Impl {
   std::vector<CroppedWeight> cropped;
   std::shared_ptr<const Model> whole_model;
   mutable NamedTensors whole_params, whole_state;
+  // The cut taps of cropped weight k and of its optimizer buffers move only by weight decay,
+  // by one linear map for every element: [w; b] = [ww wb; bw bb] [w0; b0], w0 = cropped[k].full
+  // and b0 = `buffer` (its momentum; empty: zeros) as the start or the last load() left
+  // them. Without decay, or for a frozen weight, the map stays the identity.
+  struct CutTaps {
+    double ww = 1, wb = 0, bw = 0, bb = 1;
+    Tensor buffer;
+    float decay = 0;
+    bool trained = false;
+    bool moved() const { return !(ww == 1 && wb == 0 && bw == 0 && bb == 1) || buffer.defined(); }
+  };
+  std::vector<CutTaps> taps;
+  OptimizerSpec optimizer;
   // The shared parameters (Note [Shared parameters]) that train cropped: replica 0 trains
   // windows of its own, written into these after every step and load().
   NamedTensors shared_whole;
   bool defer_shared = false;  // defer_shared_writes
 
-  const CroppedWeight* crop_of(const std::string& name) const {
-    for (const auto& c : cropped)
-      if (c.name == name) return &c;
-    return nullptr;
+  int index_of(const std::string& name) const {
+    for (size_t k = 0; k < cropped.size(); ++k)
+      if (cropped[k].name == name) return static_cast<int>(k);
+    return -1;
+  }
+  // Cropped weight k whole (buffer: one of its optimizer buffers) with `window` at its taps
+  // that read input.
+  Tensor whole_of(size_t k, const Tensor& window, bool buffer) const {
+    const CroppedWeight& c = cropped[k];
+    const CutTaps& t = taps[k];
+    const double a = buffer ? t.bw : t.ww, b = t.buffer.defined() ? (buffer ? t.bb : t.wb) : 0.0;
+    Tensor out = a == 1 && b == 0 ? c.full.clone() : Tensor::zeros(c.full.dtype(), c.full.shape());
+    if (!(a == 1 && b == 0) && (a != 0 || b != 0)) {  // float32 (crop_dead_kernel_taps crops no other)
+      float* o = out.data<float>();
+      const float* w0 = c.full.data<float>();
+      const float* b0 = b != 0 ? t.buffer.data<float>() : nullptr;
+      for (int64_t i = 0; i < out.numel(); ++i)
+        o[i] = static_cast<float>(a * w0[i] + (b0 ? b * b0[i] : 0.0));
+    }
+    write_window(out, window, c.starts);
+    return out;
   }
   // Parameter `name` with `value`, put back whole when it is a cropped weight.
   Tensor whole(const std::string& name, const Tensor& value) const {
-    const CroppedWeight* c = crop_of(name);
-    return c == nullptr ? value : with_window(c->full, value, c->starts);
+    const int k = index_of(name);
+    return k < 0 ? value : whole_of(static_cast<size_t>(k), value, false);
   }
-  // `view` (replica 0's values) with cropped weights (buffers: those of cropped weights) put
-  // back whole into `out`, whose whole tensors are kept from call to call: the cut taps never
-  // change, so each call writes the windows only, and a name or tensor taken from an
-  // earlier call stays valid.
+  // `view` (replica 0's values) with cropped weights (buffers: the optimizer buffers of
+  // cropped weights) put back whole into `out`: the same names from call to call, each
+  // call's tensors fresh.
   const NamedTensors& whole_view(const NamedTensors& view, NamedTensors& out, bool buffers) const {
     for (const auto& n : view.names()) {
-      const CroppedWeight* c = crop_of(buffers ? buffer_owner(n) : n);
-      if (c == nullptr) {
-        if (out.has(n)) out.at(n) = view.at(n);
-        else out.set(n, view.at(n));
-        continue;
-      }
-      if (!out.has(n)) out.set(n, buffers ? Tensor::zeros(c->full.dtype(), c->full.shape()) : c->full.clone());
-      write_window(out.at(n), view.at(n), c->starts);
+      const int k = index_of(buffers ? buffer_owner(n) : n);
+      Tensor v = k < 0 ? view.at(n) : whole_of(static_cast<size_t>(k), view.at(n), buffers);
+      if (out.has(n)) out.at(n) = std::move(v);
+      else out.set(n, std::move(v));
     }
     return out;
   }
-  // Replica 0's trained windows into the shared parameters they came from.
+  // One update with learning rate `lr` as step `step` (1 on the first) moves the cut taps of
+  // every trained cropped weight as the optimizer kernels move a zero gradient's weight:
+  // SGD g = decay*w, b = g on the first step else momentum*b + (1-dampening)*g, w -= lr*(b,
+  // or g + momentum*b with Nesterov; g without momentum); AdamW w *= 1 - lr*decay (its
+  // buffers stay zero). Adam with an L2 decay is not linear and crops nothing (constructor).
+  void advance(int64_t step, float lr) {
+    const double l = static_cast<double>(lr);
+    for (CutTaps& t : taps) {
+      if (!t.trained || t.decay == 0) continue;
+      const double wd = t.decay;
+      double a[2][2] = {{1 - l * wd, 0}, {0, 1}};  // no momentum; AdamW
+      if (optimizer.kind == OptimizerKind::kSgd && optimizer.momentum != 0) {
+        const double mom = optimizer.momentum, keep = 1.0 - optimizer.dampening;
+        const double bw = step == 1 ? wd : keep * wd, bb = step == 1 ? 0 : mom;  // b' in terms of (w, b)
+        const double pw = optimizer.nesterov ? wd + mom * bw : bw, pb = optimizer.nesterov ? mom * bb : bb;
+        a[0][0] = 1 - l * pw;
+        a[0][1] = -l * pb;
+        a[1][0] = bw;
+        a[1][1] = bb;
+      }
+      const double ww = a[0][0] * t.ww + a[0][1] * t.bw, wb = a[0][0] * t.wb + a[0][1] * t.bb;
+      const double bw = a[1][0] * t.ww + a[1][1] * t.bw, bb = a[1][0] * t.wb + a[1][1] * t.bb;
+      t.ww = ww;
+      t.wb = wb;
+      t.bw = bw;
+      t.bb = bb;
+    }
+  }
+  // Replica 0's trained windows into the shared parameters they came from; the whole
+  // tensors once the cut taps have moved.
   void write_shared() {
     if (shared_whole.size() == 0) return;
     const NamedTensors& v = strategy->host_view(core.reps[0].params, host_params);
-    for (const auto& n : shared_whole.names())
-      if (v.has(n)) write_window(shared_whole.at(n), v.at(n), crop_of(n)->starts);
+    for (const auto& n : shared_whole.names()) {
+      const int k = index_of(n);
+      if (!v.has(n)) continue;
+      if (!taps[static_cast<size_t>(k)].moved()) {
+        write_window(shared_whole.at(n), v.at(n), cropped[static_cast<size_t>(k)].starts);
+        continue;
+      }
+      const Tensor w = whole_of(static_cast<size_t>(k), v.at(n), false);
+      std::memcpy(shared_whole.at(n).raw(), w.raw(), w.nbytes());
+    }
   }
   // Cropped weight `c` whole into its shared parameter, if it has one.
   void whole_to_shared(const CroppedWeight& c) {
@@ -146,8 +208,10 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   check_thread_count(options.threads_per_replica, "the number of kernel threads per replica (--threads)");
   TrainingSpec s = spec;
   s.with_optimizer = true;
-  // Note [Kernel taps that read only padding]: only where nothing decays the weights.
-  if (options.crop_dead_kernel_taps && spec.optimizer.weight_decay == 0.0f) {
+  // Note [Kernel taps that read only padding]: not under Adam's L2 decay, which moves the
+  // cut taps by more than a linear map.
+  if (options.crop_dead_kernel_taps &&
+      !(spec.optimizer.kind == OptimizerKind::kAdam && spec.optimizer.weight_decay != 0.0f)) {
     Model cropped = *m.model;
     impl_->cropped = crop_dead_kernel_taps(cropped.graph);
     if (!impl_->cropped.empty()) {
@@ -161,6 +225,15 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
       }
   }
   m.tg = build_training_graph(*m.model, s);
+  impl_->optimizer = spec.optimizer;
+  for (const auto& c : impl_->cropped) {
+    Impl::CutTaps t;
+    for (const auto& p : m.tg.params) t.trained |= p.name == c.name;
+    bool exempt = false;
+    for (const auto& n : m.tg.no_decay) exempt |= n == c.name;
+    t.decay = exempt ? 0.0f : spec.optimizer.weight_decay;
+    impl_->taps.push_back(t);
+  }
   // The CPU keeps one Session-made backend per Session; a GPU one backend per replica.
   const bool on_device = options.session.backend ? options.session.backend->device().kind != DeviceKind::kCpu
                                                  : options.session.device != "cpu";
@@ -278,6 +351,7 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
   }
   if (versioned) ParameterVersions::get().close(this);
   if (std::exception_ptr e = m.reducer->first_error()) std::rethrow_exception(e);
+  impl_->advance(m.steps + 1, lr);  // Note [Kernel taps that read only padding]: the cut taps' decay
 
   MirroredStepResult result;
   result.samples = global_samples;
@@ -415,28 +489,35 @@ void MirroredTrainer::load(const NamedTensors& whole_params, const NamedTensors&
   // Note [Kernel taps that read only padding]: cropped weights and their buffers come whole;
   // the replicas take their windows, and the rest of each weight is kept for putting back.
   NamedTensors params = whole_params, state = whole_state;
-  for (auto& c : impl_->cropped) {
+  for (size_t k = 0; k < impl_->cropped.size(); ++k) {
+    CroppedWeight& c = impl_->cropped[k];
     if (!params.has(c.name)) continue;
     const Tensor& w = params.at(c.name);
     OMT_CHECK(w.dtype() == c.full.dtype() && w.shape() == c.full.shape(), kInvalidArgument, "parameter '", c.name,
               "' is ", w.describe(), " in the checkpoint but ", c.full.describe(), " in the model");
     c.full = w.clone();
     params.set(c.name, window_of(w, c.starts, c.extents));
-    if (impl_->whole_params.has(c.name)) impl_->whole_params.at(c.name) = c.full.clone();
+    Impl::CutTaps& t = impl_->taps[k];
+    t = Impl::CutTaps{1, 0, 0, 1, Tensor(), t.decay, t.trained};  // the cut taps start again from here
     impl_->whole_to_shared(c);
   }
   for (const auto& n : whole_state.names()) {
-    const CroppedWeight* c = impl_->crop_of(impl_->buffer_owner(n));
-    if (c == nullptr) continue;
+    const int k = impl_->index_of(impl_->buffer_owner(n));
+    if (k < 0) continue;
+    const CroppedWeight& c = impl_->cropped[static_cast<size_t>(k)];
     const Tensor& b = whole_state.at(n);
-    OMT_CHECK(b.dtype() == c->full.dtype() && b.shape() == c->full.shape(), kInvalidArgument, "state '", n, "' is ",
-              b.describe(), " in the checkpoint but ", c->full.describe(), " in the model");
-    Tensor window = window_of(b, c->starts, c->extents);
-    const Tensor back = with_window(Tensor::zeros(b.dtype(), b.shape()), window, c->starts);
-    OMT_CHECK(std::memcmp(back.raw(), b.raw(), b.nbytes()) == 0, kInvalidArgument, "state '", n,
-              "' in the checkpoint is not zero at the kernel taps of '", c->name,
-              "' that read only padding at the model's input size, which this run trains cropped (Note [Kernel taps "
-              "that read only padding]); resume it with the weight decay and input size it was written with");
+    OMT_CHECK(b.dtype() == c.full.dtype() && b.shape() == c.full.shape(), kInvalidArgument, "state '", n, "' is ",
+              b.describe(), " in the checkpoint but ", c.full.describe(), " in the model");
+    Tensor window = window_of(b, c.starts, c.extents);
+    if (impl_->optimizer.kind == OptimizerKind::kSgd) {
+      impl_->taps[static_cast<size_t>(k)].buffer = b.clone();  // momentum: the map moves it
+    } else {  // Adam's buffers: zero at the cut taps, where nothing moves them
+      const Tensor back = with_window(Tensor::zeros(b.dtype(), b.shape()), window, c.starts);
+      OMT_CHECK(std::memcmp(back.raw(), b.raw(), b.nbytes()) == 0, kInvalidArgument, "state '", n,
+                "' in the checkpoint is not zero at the kernel taps of '", c.name,
+                "' that read only padding at the model's input size, which this run trains cropped (Note [Kernel "
+                "taps that read only padding]); resume it at the input size it was written with");
+    }
     state.set(n, std::move(window));
   }
   for (int r = 0; r < m.R; ++r) {

@@ -78,9 +78,10 @@ struct MirrorOptions {
   // fails on every process. Null: no check (one process, or the caller checked).
   std::shared_ptr<ConfigCheck> config_check;
   ConfigFields config_fields;  // what only the caller knows (fit: batch, lr, schedule, seed, data)
-  // Note [Kernel taps that read only padding] (graph/dead_taps.cc): without weight decay,
-  // convolution weights of which some kernel taps read only padding at the model's input size
-  // train cropped to the others. Off only to compare against the whole computation.
+  // Note [Kernel taps that read only padding] (graph/dead_taps.cc): convolution weights of
+  // which some kernel taps read only padding at the model's input size train cropped to the
+  // others (not under Adam's L2 weight decay). Off only to compare against the whole
+  // computation.
   bool crop_dead_kernel_taps = true;
 };
 
