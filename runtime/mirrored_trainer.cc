@@ -149,7 +149,7 @@ struct MirroredTrainer::Impl {
   void advance(int64_t step, float lr) {
     const double l = static_cast<double>(lr);
     for (CutTaps& t : taps) {
-      if (!t.trained || t.decay == 0) continue;
+      if (!t.trained || (t.decay == 0 && !t.buffer.defined())) continue;  // nothing moves them
       const double wd = t.decay;
       double a[2][2] = {{1 - l * wd, 0}, {0, 1}};  // no momentum; AdamW
       if (optimizer.kind == OptimizerKind::kSgd && optimizer.momentum != 0) {
@@ -509,11 +509,12 @@ void MirroredTrainer::load(const NamedTensors& whole_params, const NamedTensors&
     OMT_CHECK(b.dtype() == c.full.dtype() && b.shape() == c.full.shape(), kInvalidArgument, "state '", n, "' is ",
               b.describe(), " in the checkpoint but ", c.full.describe(), " in the model");
     Tensor window = window_of(b, c.starts, c.extents);
+    const Tensor back = with_window(Tensor::zeros(b.dtype(), b.shape()), window, c.starts);
+    const bool zero = std::memcmp(back.raw(), b.raw(), b.nbytes()) == 0;  // at the cut taps
     if (impl_->optimizer.kind == OptimizerKind::kSgd) {
-      impl_->taps[static_cast<size_t>(k)].buffer = b.clone();  // momentum: the map moves it
+      if (!zero) impl_->taps[static_cast<size_t>(k)].buffer = b.clone();  // momentum: the map moves it
     } else {  // Adam's buffers: zero at the cut taps, where nothing moves them
-      const Tensor back = with_window(Tensor::zeros(b.dtype(), b.shape()), window, c.starts);
-      OMT_CHECK(std::memcmp(back.raw(), b.raw(), b.nbytes()) == 0, kInvalidArgument, "state '", n,
+      OMT_CHECK(zero, kInvalidArgument, "state '", n,
                 "' in the checkpoint is not zero at the kernel taps of '", c.name,
                 "' that read only padding at the model's input size, which this run trains cropped (Note [Kernel "
                 "taps that read only padding]); resume it at the input size it was written with");

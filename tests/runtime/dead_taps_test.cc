@@ -174,6 +174,26 @@ TEST(DeadTaps, CheckpointsHoldTheWholeTensorsAndResume) {
           << n << ", decay " << decay;
     }
   }
+  // A momentum that is not zero at the cut taps (written at another input size) moves them
+  // without decay too, as it moves the whole weights.
+  {
+    const TrainingSpec spec = spec_of(OptimizerKind::kSgd, 0.9f, false);
+    auto first = make_trainer(model, spec, 1, true);
+    train(*first, 2);
+    const NamedTensors params = first->parameters();
+    NamedTensors state = first->state();
+    state.set("wb/momentum", test::random_normal({32, 32, 3, 3}, 7, 0.1f));
+    auto whole = make_trainer(model, spec, 1, false);
+    auto cropped = make_trainer(model, spec, 1, true);
+    whole->load(params, state, 2);
+    cropped->load(params, state, 2);
+    train(*whole, 2, 2);
+    train(*cropped, 2, 2);
+    EXPECT_FALSE(test::tensors_identical(cropped->parameters().at("wb"), params.at("wb")));
+    for (const auto& n : whole->parameters().names())
+      EXPECT_TRUE(test::tensors_close(cropped->parameters().at(n), whole->parameters().at(n), 1e-5, 1e-6)) << n;
+    EXPECT_TRUE(test::tensors_close(cropped->state().at("wb/momentum"), whole->state().at("wb/momentum"), 1e-5, 1e-6));
+  }
   // Adam's buffers at the cut taps are zero whenever they were trained at this input size.
   const TrainingSpec adam = spec_of(OptimizerKind::kAdam);
   auto first = make_trainer(model, adam, 2, true);
