@@ -36,6 +36,7 @@
 #include <set>
 
 #include "common/conv_taps.h"
+#include "common/strided_rows.h"
 
 namespace omt {
 namespace {
@@ -85,39 +86,17 @@ Crop crop_of(const Graph& g, const Node& n) {
 
 // Copies between a tensor of shape `full` and its window of `extents` at `starts` (both
 // row-major, elements of `size` bytes): to_window copies window <- full, else full <-
-// window. Dimensions the window spans in one element are dropped and ones it spans whole
-// merged into the dimension before, so the inner loop runs as long as it can: a 3x3
-// kernel's centre tap is one loop over every channel pair with a stride of 9.
+// window. The window is a strided view of `full`, walked as its longest rows (Note [Strided
+// rows]): a 3x3 kernel's centre tap is one row over every channel pair, with a stride of 9.
 void copy_window(char* full_data, char* window_data, const Shape& full, const std::vector<int64_t>& starts,
                  const Shape& extents, size_t size, bool to_window) {
-  if (shape_numel(extents) == 0) return;
   std::vector<int64_t> stride(full.size(), 1);
   for (size_t i = full.size(); i-- > 1;) stride[i - 1] = stride[i] * full[i];
   int64_t base = 0;
   for (size_t i = 0; i < full.size(); ++i) base += starts[i] * stride[i];
-  std::vector<int64_t> ext, st;  // the kept dimensions, outermost first
-  for (size_t i = 0; i < full.size(); ++i) {
-    if (extents[i] == 1) continue;
-    if (!ext.empty() && st.back() == stride[i] * extents[i] && extents[i] == full[i]) {
-      ext.back() *= extents[i];
-      st.back() = stride[i];
-    } else {
-      ext.push_back(extents[i]);
-      st.push_back(stride[i]);
-    }
-  }
-  if (ext.empty()) {
-    ext.push_back(1);
-    st.push_back(1);
-  }
-  const int64_t n = ext.back(), step = st.back();
-  const int64_t rows = shape_numel(ext) / n;
-  std::vector<int64_t> idx(ext.size(), 0);
   char* w = window_data;
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t off = base;
-    for (size_t i = 0; i + 1 < ext.size(); ++i) off += idx[i] * st[i];
-    char* f = full_data + static_cast<size_t>(off) * size;
+  for_each_strided_row(extents, stride, [&](int64_t off, int64_t n, int64_t step) {
+    char* f = full_data + static_cast<size_t>(base + off) * size;
     if (step == 1) {
       if (to_window) std::memcpy(w, f, static_cast<size_t>(n) * size);
       else std::memcpy(f, w, static_cast<size_t>(n) * size);
@@ -127,18 +106,14 @@ void copy_window(char* full_data, char* window_data, const Shape& full, const st
         else std::memcpy(f + 4 * j * step, w + 4 * j, 4);
       }
     } else {
-      const size_t jump = static_cast<size_t>(step) * size;
-      for (int64_t j = 0; j < n; ++j, f += jump) {
-        if (to_window) std::memcpy(w + static_cast<size_t>(j) * size, f, size);
-        else std::memcpy(f, w + static_cast<size_t>(j) * size, size);
+      for (int64_t j = 0; j < n; ++j) {
+        char* e = f + static_cast<size_t>(j * step) * size;
+        if (to_window) std::memcpy(w + static_cast<size_t>(j) * size, e, size);
+        else std::memcpy(e, w + static_cast<size_t>(j) * size, size);
       }
     }
     w += static_cast<size_t>(n) * size;
-    for (size_t i = ext.size() - 1; i-- > 0;) {
-      if (++idx[i] < ext[i]) break;
-      idx[i] = 0;
-    }
-  }
+  });
 }
 
 }  // namespace
@@ -181,22 +156,23 @@ std::vector<CroppedWeight> crop_dead_kernel_taps(Graph& g) {
     }
   }
   std::vector<CroppedWeight> cropped;
+  std::set<std::string> chosen;
   for (const auto& name : g.initializers.names()) {
     const auto it = by_weight.find(name);
     if (it == by_weight.end() || !it->second.second || outputs.count(name)) continue;
     const Crop& c = it->second.first;
     const Tensor full = g.initializers.at(name);
     cropped.push_back({name, full, c.starts, c.extents});
+    chosen.insert(name);
     g.initializers.at(name) = window_of(full, c.starts, c.extents);
     g.value_info.erase(name);
   }
   for (const auto& [i, p] : pads) {
     Node& n = g.nodes[i];
-    const auto it = by_weight.find(n.inputs[1]);
-    if (!it->second.second || outputs.count(n.inputs[1])) continue;
-    const Crop& c = it->second.first;
+    if (!chosen.count(n.inputs[1])) continue;
+    const Shape& extents = by_weight.at(n.inputs[1]).first.extents;
     n.attrs.set("pads", p);
-    if (n.attrs.has("kernel_shape")) n.attrs.set("kernel_shape", std::vector<int64_t>(c.extents.begin() + 2, c.extents.end()));
+    if (n.attrs.has("kernel_shape")) n.attrs.set("kernel_shape", std::vector<int64_t>(extents.begin() + 2, extents.end()));
   }
   return cropped;
 }

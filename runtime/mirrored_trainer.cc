@@ -94,6 +94,11 @@ struct MirroredTrainer::Impl {
     float decay = 0;
     bool trained = false;
     bool moved() const { return !(ww == 1 && wb == 0 && bw == 0 && bb == 1) || buffer.defined(); }
+    void restart() {  // from the values a load() gave
+      ww = bb = 1;
+      wb = bw = 0;
+      buffer = Tensor();
+    }
   };
   std::vector<CutTaps> taps;
   OptimizerSpec optimizer;
@@ -113,13 +118,11 @@ struct MirroredTrainer::Impl {
     const CroppedWeight& c = cropped[k];
     const CutTaps& t = taps[k];
     const double a = buffer ? t.bw : t.ww, b = t.buffer.defined() ? (buffer ? t.bb : t.wb) : 0.0;
-    Tensor out = a == 1 && b == 0 ? c.full.clone() : Tensor::zeros(c.full.dtype(), c.full.shape());
-    if (!(a == 1 && b == 0) && (a != 0 || b != 0)) {  // float32 (crop_dead_kernel_taps crops no other)
+    Tensor out = c.full.clone();
+    if (a != 1 || b != 0) {  // float32: crop_dead_kernel_taps crops no other
       float* o = out.data<float>();
-      const float* w0 = c.full.data<float>();
       const float* b0 = b != 0 ? t.buffer.data<float>() : nullptr;
-      for (int64_t i = 0; i < out.numel(); ++i)
-        o[i] = static_cast<float>(a * w0[i] + (b0 ? b * b0[i] : 0.0));
+      for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<float>(a * o[i] + (b0 ? b * b0[i] : 0.0));
     }
     write_window(out, window, c.starts);
     return out;
@@ -266,9 +269,9 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
     impl_->strategy = std::make_unique<HostReplicas>(m);
   // Every process starts from process 0's parameters (the strategies broadcast the trained
   // ones): the cut taps of cropped weights too.
-  for (auto& c : impl_->cropped)
-    if (m.processes.several()) {
-      c.full = c.full.clone();
+  if (m.processes.several())
+    for (auto& c : impl_->cropped) {
+      c.full = c.full.clone();  // not the model's own tensor
       m.processes.broadcast(c.full.raw(), static_cast<size_t>(c.full.numel()), c.full.dtype());
       impl_->whole_to_shared(c);
     }
@@ -497,8 +500,7 @@ void MirroredTrainer::load(const NamedTensors& whole_params, const NamedTensors&
               "' is ", w.describe(), " in the checkpoint but ", c.full.describe(), " in the model");
     c.full = w.clone();
     params.set(c.name, window_of(w, c.starts, c.extents));
-    Impl::CutTaps& t = impl_->taps[k];
-    t = Impl::CutTaps{1, 0, 0, 1, Tensor(), t.decay, t.trained};  // the cut taps start again from here
+    impl_->taps[k].restart();
     impl_->whole_to_shared(c);
   }
   for (const auto& n : whole_state.names()) {
