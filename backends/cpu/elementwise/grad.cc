@@ -17,8 +17,8 @@ const char* const kDomain = "com.onnx-mirror";
 // ---- strided accumulation ------------------------------------------------------------------
 
 // out[sum_d idx[d] * ostrides[d]] += in[i] for every i, walking contiguous `in` over `shape`.
-// Stride-0 dimensions are summed over; row by row (Note [Strided rows] in cpu_backend.h), so
-// the inner loop is a plain sum or a vector add.
+// Stride-0 dimensions are summed over; row by row (Note [Strided rows] in
+// common/strided_rows.h), so the inner loop is a plain sum or a vector add.
 template <class T>
 void accumulate_strided(T* out, const T* in, const Shape& shape, const std::vector<int64_t>& ostrides) {
   for_each_strided_row(shape, ostrides, [&](int64_t off, int64_t n, int64_t stride) {

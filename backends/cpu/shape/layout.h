@@ -38,7 +38,7 @@ inline void require_rank1(const KernelInfo& info, const Tensor& x) {
 }
 
 // Copies the strided view of `in` (element strides per dimension, possibly 0 or negative) of
-// `shape` into contiguous `out`, row by row (Note [Strided rows] in cpu_backend.h).
+// `shape` into contiguous `out`, row by row (Note [Strided rows] in common/strided_rows.h).
 template <class T>
 void strided_copy(T* out, const T* in, const Shape& shape, const std::vector<int64_t>& strides) {
   for_each_strided_row(shape, strides, [&](int64_t off, int64_t n, int64_t stride) {
