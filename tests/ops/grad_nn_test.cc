@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "graph/autodiff.h"
 #include "runtime/session.h"
@@ -194,6 +195,54 @@ TEST(GradNnConv, DepthwiseOnSmallMaps) {
     SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
     expect_gradients_match(check("Conv", {random_tensor(c.x, ++seed), random_tensor(c.w, ++seed)}, {0, 1}, c.attrs),
                            ++seed);
+  }
+}
+
+// Note [Depthwise convolutions on phase planes] (conv/depthwise.cc): planes of 256 inputs and
+// more convolve on NCHW, forward and backward, here with strides, dilations, asymmetric pads
+// and a bias, and a 5x5 kernel over an odd-sized plane. Against the float64 Conv (im2col) and
+// dX, dW summed in float64 from the convolution's definition: central differences in float32
+// are too coarse for sums over planes this size.
+TEST(GradNnConv, DepthwiseOnPhasePlanes) {
+  struct Case {
+    Shape x, w;
+    Ints strides, dilations, pads;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 16, 16}, {3, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 3, 16, 17}, {3, 1, 3, 3}, {1, 1}, {2, 1}, {1, 0, 2, 1}},
+      {{1, 2, 19, 15}, {2, 1, 5, 5}, {1, 2}, {1, 1}, {2, 2, 2, 2}},
+  };
+  uint64_t seed = 1800;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    const int64_t n = c.x[0], ch = c.x[1], ih = c.x[2], iw = c.x[3], kh = c.w[2], kw = c.w[3];
+    const AttributeMap attrs = attrs_of({{"group", ch}, {"strides", c.strides}, {"dilations", c.dilations},
+                                         {"pads", c.pads}});
+    const Tensor x = random_tensor(c.x, ++seed), w = random_tensor(c.w, ++seed), b = random_tensor({ch}, ++seed);
+    const Tensor y = run_node("Conv", "", attrs, {x, w, b})[0];
+    ASSERT_TRUE(cpu::DepthwisePlanes::handles(c.x, c.w, y.shape(), ch));
+    EXPECT_TRUE(tensors_close(f64(y), run_node("Conv", "", attrs, {f64(x), f64(w), f64(b)})[0], 1e-5, 1e-5));
+
+    const int64_t oh = y.dim(2), ow = y.dim(3);
+    const Tensor dy = random_tensor(y.shape(), ++seed);
+    const std::vector<Tensor> grads = run_node("ConvGrad", kOmt, attrs, {dy, x, w}, 3);
+    Tensor dx = Tensor::zeros(DType::kFloat64, c.x), dw = Tensor::zeros(DType::kFloat64, c.w);
+    for (int64_t i = 0; i < n * ch; ++i)
+      for (int64_t h = 0; h < oh; ++h)
+        for (int64_t q = 0; q < ow; ++q)
+          for (int64_t a = 0; a < kh; ++a)
+            for (int64_t e = 0; e < kw; ++e) {
+              const int64_t r = h * c.strides[0] - c.pads[0] + a * c.dilations[0];
+              const int64_t col = q * c.strides[1] - c.pads[1] + e * c.dilations[1];
+              if (r < 0 || r >= ih || col < 0 || col >= iw) continue;
+              const int64_t xi = (i * ih + r) * iw + col, wi = (i % ch * kh + a) * kw + e;
+              const double g = dy.data<float>()[(i * oh + h) * ow + q];
+              dx.data<double>()[xi] += g * w.data<float>()[wi];
+              dw.data<double>()[wi] += g * x.data<float>()[xi];
+            }
+    EXPECT_TRUE(tensors_close(f64(grads[0]), dx, 1e-5, 1e-5));
+    EXPECT_TRUE(tensors_close(f64(grads[1]), dw, 1e-5, 1e-4));
   }
 }
 

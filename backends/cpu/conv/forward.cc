@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
@@ -27,6 +28,8 @@ namespace {
 // depthwise one (9 multiply-adds per output) ran 2.1x slower that way than oneDNN's jit_dw kernel
 // in a channel-blocked layout, reorders included (MobileNetV2 at 3x64x64, batch 64: every
 // Conv of a step 470 ms against 223 ms; its 960-channel depthwise layers 28.6 ms each before).
+// Depthwise convolutions on planes of 256 inputs or more have their own kernel on NCHW (Note
+// [Depthwise convolutions on phase planes] in conv/depthwise.cc).
 
 // Note [Channel-blocked activations]: given tag::any on AVX-512, oneDNN 2.6 runs float32 and
 // bfloat16 convolutions as brgconv on channels-last (NHWC) activations, and its reorders
@@ -102,6 +105,13 @@ class ConvKernel : public OpKernel {
       }
       if (fully_connected(x.shape(), wp->shape(), out, d, crop.pb, crop.pe, grp)) {
         fully_connected_forward(x, *wp, b, y);
+        return;
+      }
+      // Note [Depthwise convolutions on phase planes] (conv/depthwise.cc).
+      if (DepthwisePlanes::handles(x.shape(), wp->shape(), out, grp)) {
+        depthwise_.plan(x.shape(), wp->shape(), out, s, d, crop.pb);
+        depthwise_.forward(x.data<float>(), wp->data<float>(), b ? b->data<float>() : nullptr, relu_,
+                           y.data<float>());
         return;
       }
       // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h).
@@ -345,6 +355,7 @@ class ConvKernel : public OpKernel {
   Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding]), unless shared
   Tensor expanded_w_;  // Wx (Note [Convolutions on maps within the kernel's reach]), unless shared
   DenseMapCache dense_;                  // Note [Convolutions on maps within the kernel's reach]
+  DepthwisePlanes depthwise_;            // Note [Depthwise convolutions on phase planes]
   const void* expanded_from_ = nullptr;  // the constant weights expanded_w_ holds, if any,
   int64_t expanded_for_ = 0;             // and for which of dense_'s maps
   std::vector<float> dense_yt_;  // its Y^T

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
@@ -201,6 +202,14 @@ class ConvGradKernel : public OpKernel {
       if (dwp)
         gemm(true, false, m, k, n, 1.0f, dy.data<float>(), m, x.data<float>(), k, 0.0f, dwp->data<float>(), k,
              info_.precision);
+      if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
+      return;
+    }
+    // Note [Depthwise convolutions on phase planes] (conv/depthwise.cc).
+    if (DepthwisePlanes::handles(x.shape(), wp->shape(), out, attrs_.group)) {
+      depthwise_.plan(x.shape(), wp->shape(), out, s, d, crop.pb);
+      depthwise_.backward(dy.data<float>(), x.data<float>(), wp->data<float>(), dx ? dx->data<float>() : nullptr,
+                          dwp ? dwp->data<float>() : nullptr);
       if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
       return;
     }
@@ -463,6 +472,7 @@ class ConvGradKernel : public OpKernel {
   std::vector<float> col_, acc_;  // gemm_weight_grad's im2col columns and [dW | dB]
   Tensor cut_w_, cut_dw_;         // W's live taps and their gradient (Note [Taps that see only padding])
   DenseMapCache dense_;           // Note [Convolutions on maps within the kernel's reach]
+  DepthwisePlanes depthwise_;     // Note [Depthwise convolutions on phase planes]
   Tensor expanded_w_;             // Wx, unless shared
   std::vector<float> expanded_dw_;  // G = dY^T X, which dW sums
 };
