@@ -1,6 +1,6 @@
 // Note [Depthwise convolutions on phase planes] (backends/cpu/conv/depthwise.cc): the forward,
 // dX and dW of random depthwise geometries (kernels, strides, dilations, asymmetric pads, plane
-// sizes) against the convolution's definition summed in float64 here.
+// sizes), by both methods, against the convolution's definition summed in float64 here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,8 +55,10 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
     ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::abs(want[i]))) << what << " at " << i;
 }
 
-void check(const Case& k, bool relu, bool bias, bool want_dx, bool want_dw, std::mt19937_64& rng) {
-  SCOPED_TRACE(k.str());
+using Method = DepthwisePlanes::Method;
+
+void check(const Case& k, Method method, bool relu, bool bias, bool want_dx, bool want_dw, std::mt19937_64& rng) {
+  SCOPED_TRACE(k.str() + (method == Method::kChannelsLast ? " channels last" : " phase planes"));
   const int64_t oh = k.oh(), ow = k.ow();
   const Shape xs{k.n, k.c, k.ih, k.iw}, ws{k.c, 1, k.kh, k.kw}, ys{k.n, k.c, oh, ow};
   const std::vector<float> x = random_values(static_cast<size_t>(k.n * k.c * k.ih * k.iw), rng);
@@ -76,7 +78,7 @@ void check(const Case& k, bool relu, bool bias, bool want_dx, bool want_dw, std:
   }
 
   DepthwisePlanes planes;
-  planes.plan(xs, ws, ys, {k.s0, k.s1}, {k.d0, k.d1}, {k.pt, k.pl});
+  planes.plan(xs, ws, ys, {k.s0, k.s1}, {k.d0, k.d1}, {k.pt, k.pl}, method);
   std::vector<float> y(dy.size(), 7.0f), dx(x.size(), 7.0f), dw(w.size(), 7.0f);
   // Twice: the second call reuses the plan and its buffers.
   for (int call = 0; call < 2; ++call) {
@@ -99,15 +101,20 @@ void check(const Case& k, bool relu, bool bias, bool want_dx, bool want_dw, std:
 
 TEST(DepthwisePlanes, MobileNetV2Geometries) {
   std::mt19937_64 rng(18);
-  // 3x3 pad 1, stride 1 and 2, on 32x32, 16x16 and 8x8 planes (MobileNetV2 at 3x64x64).
-  for (int64_t size : {32, 16, 8})
-    for (int64_t s : {1, 2}) check({2, 5, size, size, 3, 3, s, s, 1, 1, 1, 1, 1, 1}, false, false, true, true, rng);
-  check({2, 5, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, true, true, true, true, rng);
-  check({2, 3, 16, 17, 3, 3, 1, 1, 2, 1, 1, 0, 2, 1}, false, true, true, true, rng);
+  // 3x3 pad 1, stride 1 and 2, on 32x32, 16x16, 8x8, 4x4 and 2x2 planes (MobileNetV2 at
+  // 3x64x64), by both methods.
+  for (Method method : {Method::kPhasePlanes, Method::kChannelsLast}) {
+    for (int64_t size : {32, 16, 8, 4, 2})
+      for (int64_t s : {1, 2})
+        check({2, 5, size, size, 3, 3, s, s, 1, 1, 1, 1, 1, 1}, method, false, false, true, true, rng);
+    check({2, 5, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, method, true, true, true, true, rng);
+    check({2, 3, 16, 17, 3, 3, 1, 1, 2, 1, 1, 0, 2, 1}, method, false, true, true, true, rng);
+  }
 }
 
 // Kernels of 1 to 5 taps a side, strides 1 to 3, dilations 1 and 2, pads 0 to 2 on each side
-// (larger than the kernel's reach too), planes of 1 to 20 a side, and only dX or only dW.
+// (larger than the kernel's reach too), planes of 1 to 20 a side, and only dX or only dW; each
+// by both methods.
 TEST(DepthwisePlanes, RandomGeometries) {
   std::mt19937_64 rng(1806);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -117,15 +124,19 @@ TEST(DepthwisePlanes, RandomGeometries) {
            pick(1, 2), pick(1, 2), pick(0, 2), pick(0, 2), pick(0, 2), pick(0, 2)};
     if (k.oh() < 1 || k.ow() < 1) continue;
     const int64_t mode = pick(0, 3);
-    check(k, mode == 1, mode != 2, mode != 3, mode != 2, rng);
+    for (Method method : {Method::kPhasePlanes, Method::kChannelsLast})
+      check(k, method, mode == 1, mode != 2, mode != 3, mode != 2, rng);
     if (testing::Test::HasFatalFailure()) return;
     ++checked;
   }
 }
 
-TEST(DepthwisePlanes, HandlesOnlyDepthwisePlanesOfEnoughInputs) {
+TEST(DepthwisePlanes, HandlesDepthwisePlanesOfTheSizesItTakes) {
   EXPECT_TRUE(DepthwisePlanes::handles({2, 8, 16, 16}, {8, 1, 3, 3}, {2, 8, 8, 8}, 8));
+  EXPECT_TRUE(DepthwisePlanes::handles({2, 8, 2, 2}, {8, 1, 3, 3}, {2, 8, 2, 2}, 8));
+  EXPECT_TRUE(DepthwisePlanes::handles({2, 8, 2, 4}, {8, 1, 3, 3}, {2, 8, 2, 4}, 8));
   EXPECT_FALSE(DepthwisePlanes::handles({2, 8, 8, 8}, {8, 1, 3, 3}, {2, 8, 8, 8}, 8));     // 64 inputs a plane
+  EXPECT_FALSE(DepthwisePlanes::handles({2, 8, 3, 3}, {8, 1, 3, 3}, {2, 8, 3, 3}, 8));     // 9
   EXPECT_FALSE(DepthwisePlanes::handles({2, 8, 16, 16}, {16, 1, 3, 3}, {2, 16, 8, 8}, 8));  // two filters a channel
   EXPECT_FALSE(DepthwisePlanes::handles({2, 8, 16, 16}, {8, 2, 3, 3}, {2, 8, 8, 8}, 4));    // groups of 2 channels
   EXPECT_FALSE(DepthwisePlanes::handles({2, 8, 16, 16}, {8, 8, 3, 3}, {2, 8, 8, 8}, 1));

@@ -175,8 +175,8 @@ TEST(GradNnConv, DepthwiseStrideLeavesARemainder) {
 }
 
 // Note [Depthwise weight gradients] (conv/grad.cc): small maps where oneDNN's jit_dw backward
-// weights declines and dW comes from the direct loop (MobileNetV2's 2x2 layers), with strides,
-// dilations and asymmetric pads.
+// weights declines and dW comes from the direct loop (the 3x5, 4x4 and 4x20 cases; the 2x2 one
+// is the channels-last kernel's now), with strides, dilations and asymmetric pads.
 TEST(GradNnConv, DepthwiseOnSmallMaps) {
   struct Case {
     Shape x, w;
@@ -200,10 +200,11 @@ TEST(GradNnConv, DepthwiseOnSmallMaps) {
 
 // Note [Depthwise convolutions on phase planes] (conv/depthwise.cc): planes of 256 inputs and
 // more convolve on NCHW, forward and backward, here with strides, dilations, asymmetric pads
-// and a bias, and a 5x5 kernel over an odd-sized plane. Against the float64 Conv (im2col) and
-// dX, dW summed in float64 from the convolution's definition: central differences in float32
-// are too coarse for sums over planes this size.
-TEST(GradNnConv, DepthwiseOnPhasePlanes) {
+// and a bias, and a 5x5 kernel over an odd-sized plane; planes of at most 8 a sample at a time
+// with its channels last. Against the float64 Conv (im2col) and dX, dW summed in float64 from
+// the convolution's definition: central differences in float32 are too coarse for sums over
+// planes this size.
+TEST(GradNnConv, DepthwiseOnTheirOwnKernels) {
   struct Case {
     Shape x, w;
     Ints strides, dilations, pads;
@@ -212,6 +213,8 @@ TEST(GradNnConv, DepthwiseOnPhasePlanes) {
       {{2, 3, 16, 16}, {3, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {{2, 3, 16, 17}, {3, 1, 3, 3}, {1, 1}, {2, 1}, {1, 0, 2, 1}},
       {{1, 2, 19, 15}, {2, 1, 5, 5}, {1, 2}, {1, 1}, {2, 2, 2, 2}},
+      {{3, 20, 2, 2}, {20, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {{2, 7, 2, 4}, {7, 1, 3, 2}, {2, 1}, {1, 2}, {1, 0, 0, 1}},
   };
   uint64_t seed = 1800;
   for (const Case& c : cases) {

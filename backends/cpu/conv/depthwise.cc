@@ -28,14 +28,29 @@
 //
 // The planes go in memory order (sample, then channel), so the hardware prefetches them: a
 // channel at a time, with dW summed in registers over the samples, the forward took 2.3x as
-// long. Only X planes of at least kMinInputs positions come here: on MobileNetV2's 8x8 layers
-// (192 channels) the per-plane loops cost more than jit_dw's reorders (backward 2.3 against
-// 1.5 ms, forward level). The loops run as AVX2 clones (Note [AVX2 clones]).
+// long. dW and dX are two sweeps over the planes (see backward()). The loops run as AVX2
+// clones (Note [AVX2 clones]).
 //
-// MobileNetV2 at 3x64x64, batch 64, one replica, forward + backward a step from the trace:
-// features.1 (32 channels, 32x32) 2.6 + 5.3 -> 1.4 + 3.2 ms, features.2 (96, 32x32 -> 16x16)
-// 6.3 + 10.1 -> 2.6 + 5.4, features.3 (144, 16x16) 3.3 + 6.0 -> 1.8 + 4.2, features.4 (144,
-// 16x16 -> 8x8) 2.0 + 4.1 -> 1.3 + 3.1; the step 265 -> 243 ms (medians of interleaved runs).
+// Planes of a few positions (MobileNetV2's 960 channels on 2x2 maps) are mostly padding and
+// per-plane overhead here. There a sample goes at a time with its channels last: its [C, P]
+// planes transposed to [P, C] in a buffer, each output position is the sum over its live
+// (tap, input position) pairs of W^T[tap] times X^T[input], rows of C multiplied element by
+// element; dX likewise by input position, dW^T[tap] the sum over all pairs and samples of
+// dY^T[output] X^T[input]. On 4x4 maps and up, the transposes cost more than jit_dw with its
+// reorders, so input planes between kChannelsLastInputs and kPhaseInputs positions stay with
+// oneDNN.
+//
+// MobileNetV2 at 3x64x64, batch 64, one replica, forward + backward a step from the trace
+// (oneDNN -> here):
+//   features.1 (32 channels, 32x32)            2.6 + 5.3  -> 1.4 + 3.2 ms
+//   features.2 (96, 32x32 -> 16x16, stride 2)  6.3 + 10.1 -> 2.6 + 5.4
+//   features.3 (144, 16x16)                    3.3 + 6.0  -> 1.8 + 4.2
+//   features.4 (144, 16x16 -> 8x8)             2.0 + 4.1  -> 1.3 + 3.1
+//   features.15-17 (960, 2x2), each            0.4 + 2.2  -> 0.4 + 0.6
+// and kept with oneDNN, measured alone (ours against jit_dw and its reorders in the step):
+//   features.5 (192, 8x8)    phase planes 0.95 + 2.3, channels last 1.8 + 3.0, oneDNN 0.94 + 1.5
+//   features.8 (384, 4x4)    channels last 0.75 + 1.25, oneDNN 0.33 + 0.6
+// All depthwise layers 63 -> 43 ms a step, the step 265 -> 232 ms (medians of interleaved runs).
 #include "backends/cpu/conv/depthwise.h"
 
 #include <algorithm>
@@ -264,16 +279,98 @@ void backward_stride(const Geometry& g, const float* dy, const float* x, const f
   backward_any<S>(g, dy, x, w, dx, dw, phases, grid, dyp, dyw);
 }
 
+// ---- channels last ----
+
+// dst [q, i] = src [i, q] for i < rows, q < cols (a sample's [C, P] planes and back).
+OMT_ALWAYS_INLINE void transpose(const float* __restrict src, int64_t rows, int64_t cols, float* __restrict dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t q = 0; q < cols; ++q) dst[q * rows + i] = src[i * cols + q];
+}
+
+// out[c] += a[c] * b[c] for c < n.
+OMT_ALWAYS_INLINE void fma_row(float* __restrict out, const float* __restrict a, const float* __restrict b,
+                               int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) out[c] += a[c] * b[c];
+}
+
+struct ClBuffers {
+  float *xt, *yt, *dxt, *wt, *dwt;
+};
+
+OMT_ALWAYS_INLINE void cl_forward_any(const Geometry& g, const DepthwisePlanes::ChannelsLast& cl, const float* x,
+                                      const float* w, const float* b, bool relu, float* y, const ClBuffers& buf) {
+  const int64_t taps = g.kh * g.kw, c = g.c, pi = g.ih * g.iw, po = g.oh * g.ow;
+  transpose(w, c, taps, buf.wt);
+  for (int64_t n = 0; n < g.n; ++n) {
+    transpose(x + n * c * pi, c, pi, buf.xt);
+    for (int64_t o = 0; o < po; ++o) {
+      float* acc = buf.yt + o * c;
+      if (b) {
+        std::copy(b, b + c, acc);
+      } else {
+        std::fill(acc, acc + c, 0.0f);
+      }
+      for (int32_t t = cl.out_start[o]; t < cl.out_start[o + 1]; ++t)
+        fma_row(acc, buf.wt + cl.by_out.tap[t] * c, buf.xt + cl.by_out.in[t] * c, c);
+      if (relu)
+        for (int64_t k = 0; k < c; ++k) acc[k] = acc[k] > 0.0f ? acc[k] : 0.0f;
+    }
+    transpose(buf.yt, po, c, y + n * c * po);
+  }
+}
+
+OMT_ALWAYS_INLINE void cl_backward_any(const Geometry& g, const DepthwisePlanes::ChannelsLast& cl, const float* dy,
+                                       const float* x, const float* w, float* dx, float* dw, const ClBuffers& buf) {
+  const int64_t taps = g.kh * g.kw, c = g.c, pi = g.ih * g.iw, po = g.oh * g.ow;
+  if (dx) transpose(w, c, taps, buf.wt);
+  if (dw) std::fill(buf.dwt, buf.dwt + taps * c, 0.0f);
+  for (int64_t n = 0; n < g.n; ++n) {
+    transpose(dy + n * c * po, c, po, buf.yt);
+    if (dw) {
+      transpose(x + n * c * pi, c, pi, buf.xt);
+      for (size_t t = 0; t < cl.by_out.tap.size(); ++t)
+        fma_row(buf.dwt + cl.by_out.tap[t] * c, buf.yt + cl.by_out.out[t] * c, buf.xt + cl.by_out.in[t] * c, c);
+    }
+    if (dx) {
+      for (int64_t i = 0; i < pi; ++i) {
+        float* acc = buf.dxt + i * c;
+        std::fill(acc, acc + c, 0.0f);
+        for (int32_t t = cl.in_start[i]; t < cl.in_start[i + 1]; ++t)
+          fma_row(acc, buf.wt + cl.by_in.tap[t] * c, buf.yt + cl.by_in.out[t] * c, c);
+      }
+      transpose(buf.dxt, pi, c, dx + n * c * pi);
+    }
+  }
+  if (dw) transpose(buf.dwt, taps, c, dw);
+}
+
+#ifdef OMT_AVX2_CLONES
+OMT_AVX2_TARGET void cl_forward_avx2(const Geometry& g, const DepthwisePlanes::ChannelsLast& cl, const float* x,
+                                     const float* w, const float* b, bool relu, float* y, const ClBuffers& buf) {
+  cl_forward_any(g, cl, x, w, b, relu, y, buf);
+}
+
+OMT_AVX2_TARGET void cl_backward_avx2(const Geometry& g, const DepthwisePlanes::ChannelsLast& cl, const float* dy,
+                                      const float* x, const float* w, float* dx, float* dw, const ClBuffers& buf) {
+  cl_backward_any(g, cl, dy, x, w, dx, dw, buf);
+}
+#endif
+
 }  // namespace
 
 bool DepthwisePlanes::handles(const Shape& x, const Shape& w, const Shape& y, int64_t group) {
   return x.size() == 4 && w.size() == 4 && y.size() == 4 && group > 1 && x[1] == group && w[0] == group &&
-         w[1] == 1 && y[1] == group && w[2] * w[3] <= kMaxTaps && x[2] * x[3] >= kMinInputs;
+         w[1] == 1 && y[1] == group && w[2] * w[3] <= kMaxTaps &&
+         (x[2] * x[3] >= kPhaseInputs || x[2] * x[3] <= kChannelsLastInputs);
 }
 
 void DepthwisePlanes::plan(const Shape& x, const Shape& w, const Shape& y, const std::vector<int64_t>& s,
-                           const std::vector<int64_t>& d, const std::vector<int64_t>& pb) {
+                           const std::vector<int64_t>& d, const std::vector<int64_t>& pb, Method method) {
+  if (method == Method::kAuto)
+    method = x[2] * x[3] >= kPhaseInputs ? Method::kPhasePlanes : Method::kChannelsLast;
   Shape key = x;
+  key.push_back(static_cast<int64_t>(method));
   key.insert(key.end(), w.begin(), w.end());
   key.insert(key.end(), y.begin(), y.end());
   key.insert(key.end(), s.begin(), s.end());
@@ -316,10 +413,60 @@ void DepthwisePlanes::plan(const Shape& x, const Shape& w, const Shape& y, const
   // dY padded for dX: the farthest read is p < ph wd plus the largest shift rmax wd + cmax.
   dy_.assign(static_cast<size_t>(round_up16((g.ph + g.rmax) * g.wd + g.cmax)), 0.0f);
   dyw_.assign(static_cast<size_t>(g.oh * g.pw), 0.0f);
+  channels_last_ = method == Method::kChannelsLast;
+  if (channels_last_) plan_channels_last(g);
   g_ = std::move(g);
 }
 
+void DepthwisePlanes::plan_channels_last(const Geometry& g) {
+  const int64_t pi = g.ih * g.iw, po = g.oh * g.ow, taps = g.kh * g.kw;
+  cl_ = ChannelsLast{};
+  Triples all;
+  for (int64_t h = 0; h < g.oh; ++h)
+    for (int64_t q = 0; q < g.ow; ++q)
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t r = h * g.s0 - g.p0 + i * g.d0, col = q * g.s1 - g.p1 + j * g.d1;
+          if (r < 0 || r >= g.ih || col < 0 || col >= g.iw) continue;
+          all.tap.push_back(static_cast<int32_t>(i * g.kw + j));
+          all.out.push_back(static_cast<int32_t>(h * g.ow + q));
+          all.in.push_back(static_cast<int32_t>(r * g.iw + col));
+        }
+  // By output position they come in order; by input position, a counting sort.
+  cl_.by_out = all;
+  cl_.out_start.assign(static_cast<size_t>(po + 1), 0);
+  cl_.in_start.assign(static_cast<size_t>(pi + 1), 0);
+  for (size_t t = 0; t < all.tap.size(); ++t) {
+    ++cl_.out_start[static_cast<size_t>(all.out[t]) + 1];
+    ++cl_.in_start[static_cast<size_t>(all.in[t]) + 1];
+  }
+  for (int64_t k = 0; k < po; ++k) cl_.out_start[k + 1] += cl_.out_start[k];
+  for (int64_t k = 0; k < pi; ++k) cl_.in_start[k + 1] += cl_.in_start[k];
+  std::vector<int32_t> next(cl_.in_start.begin(), cl_.in_start.end() - 1);
+  cl_.by_in.tap.resize(all.tap.size());
+  cl_.by_in.out.resize(all.tap.size());
+  cl_.by_in.in.resize(all.tap.size());
+  for (size_t t = 0; t < all.tap.size(); ++t) {
+    const size_t at = static_cast<size_t>(next[static_cast<size_t>(all.in[t])]++);
+    cl_.by_in.tap[at] = all.tap[t];
+    cl_.by_in.out[at] = all.out[t];
+    cl_.by_in.in[at] = all.in[t];
+  }
+  xt_.assign(static_cast<size_t>(pi * g.c), 0.0f);
+  dxt_.assign(static_cast<size_t>(pi * g.c), 0.0f);
+  yt_.assign(static_cast<size_t>(po * g.c), 0.0f);
+  wt_.assign(static_cast<size_t>(taps * g.c), 0.0f);
+  dwt_.assign(static_cast<size_t>(taps * g.c), 0.0f);
+}
+
 void DepthwisePlanes::forward(const float* x, const float* w, const float* b, bool relu, float* y) {
+  if (channels_last_) {
+    const ClBuffers buf{xt_.data(), yt_.data(), dxt_.data(), wt_.data(), dwt_.data()};
+#ifdef OMT_AVX2_CLONES
+    if (use_avx2_clones()) return cl_forward_avx2(g_, cl_, x, w, b, relu, y, buf);
+#endif
+    return cl_forward_any(g_, cl_, x, w, b, relu, y, buf);
+  }
   if (g_.s1 == 1)
     forward_stride<1>(g_, x, w, b, relu, y, phases_.data(), grid_.data());
   else if (g_.s1 == 2)
@@ -329,6 +476,13 @@ void DepthwisePlanes::forward(const float* x, const float* w, const float* b, bo
 }
 
 void DepthwisePlanes::backward(const float* dy, const float* x, const float* w, float* dx, float* dw) {
+  if (channels_last_) {
+    const ClBuffers buf{xt_.data(), yt_.data(), dxt_.data(), wt_.data(), dwt_.data()};
+#ifdef OMT_AVX2_CLONES
+    if (use_avx2_clones()) return cl_backward_avx2(g_, cl_, dy, x, w, dx, dw, buf);
+#endif
+    return cl_backward_any(g_, cl_, dy, x, w, dx, dw, buf);
+  }
   // dW and dX in two sweeps over the planes: one sweep doing both took 7.2 ms on MobileNetV2's
   // features.2 (96 channels, 32x32 -> 16x16, batch 64) against 2.1 + 2.8 ms for the two.
   for (float* out : {dw, dx}) {

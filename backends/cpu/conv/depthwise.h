@@ -11,19 +11,24 @@ namespace omt::cpu {
 
 class DepthwisePlanes {
  public:
-  // Input planes of fewer positions stay with oneDNN's jit_dw (see the Note).
-  static constexpr int64_t kMinInputs = 256;
   static constexpr int64_t kMaxTaps = 64;  // kh kw
 
+  // Input planes of at least kPhaseInputs positions are convolved on phase planes, those of
+  // at most kChannelsLastInputs a sample at a time with its channels last; the sizes between
+  // stay with oneDNN's jit_dw (see the Note).
+  static constexpr int64_t kPhaseInputs = 256, kChannelsLastInputs = 8;
+
   // Whether a convolution is one filter per channel in 2-D (W [C, 1, kh, kw], group C, X
-  // [N, C, H, W]) of at most kMaxTaps taps, with input planes of at least kMinInputs
-  // positions.
+  // [N, C, H, W]) of at most kMaxTaps taps, on input planes of a size this takes.
   static bool handles(const Shape& x, const Shape& w, const Shape& y, int64_t group);
+
+  // How the planes are convolved. kAuto: by the input planes' size, as above.
+  enum class Method { kAuto, kPhasePlanes, kChannelsLast };
 
   // Plans for these shapes, strides, dilations and leading pads (a no-op when they are the
   // last call's).
   void plan(const Shape& x, const Shape& w, const Shape& y, const std::vector<int64_t>& s,
-            const std::vector<int64_t>& d, const std::vector<int64_t>& pb);
+            const std::vector<int64_t>& d, const std::vector<int64_t>& pb, Method method = Method::kAuto);
 
   // Y = conv(X, W) + B (b may be null), then max(., 0) when relu.
   void forward(const float* x, const float* w, const float* b, bool relu, float* y);
@@ -48,9 +53,24 @@ class DepthwisePlanes {
     std::vector<int64_t> col_lo, col_hi;  // per phase column b: grid columns inside X
   };
 
+  // Channels last: the (tap, output position, input position) triples that see X, by output
+  // position (out_start[o] is output o's first) and by input position (in_start likewise).
+  struct Triples {
+    std::vector<int32_t> tap, out, in;
+  };
+  struct ChannelsLast {
+    Triples by_out, by_in;
+    std::vector<int32_t> out_start, in_start;
+  };
+
  private:
   Shape key_;
+  bool channels_last_ = false;
   Geometry g_;
+  ChannelsLast cl_;
+  std::vector<float> xt_, yt_, dxt_, wt_, dwt_;  // channels last: a sample's X, Y or dY, dX; W^T, dW^T
+
+  void plan_channels_last(const Geometry& g);
   std::vector<float> phases_;  // X's phase planes, zero where they lie in the padding
   std::vector<float> grid_;    // one plane's outputs on the phase grid
   std::vector<float> dy_;      // dY on the grid (dW) or padded (dX), zero around it

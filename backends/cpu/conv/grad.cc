@@ -56,9 +56,11 @@ struct Port {
 };
 
 // Note [Depthwise weight gradients]: oneDNN 2.6's jit_dw backward-weights kernel turns some
-// depthwise shapes down (MobileNetV2's 960-channel 3x3 pad-1 layers on 2x2 maps), and its
-// fallback, the gemm convolution, runs one tiny GEMM per channel and sample: 24.8 ms a call
-// for 4.4 MFLOP. There dW comes from this direct loop over NCHW instead:
+// depthwise shapes down (MobileNetV2's 960-channel 3x3 pad-1 layers on 2x2 maps, which now
+// have their own kernel: Note [Depthwise convolutions on phase planes] in conv/depthwise.cc;
+// strided or dilated ones on maps of 15 to 80 positions), and its fallback, the gemm
+// convolution, runs one tiny GEMM per channel and sample: 24.8 ms a call for 4.4 MFLOP on
+// those 2x2 maps. There dW comes from this direct loop over NCHW instead:
 //   dW[c, i, j] = sum over n, oh, ow of dY[n, c, oh, ow] X[n, c, oh s0 - p0 + i d0, ow s1 - p1 + j d1].
 // Rows of at least 8 outputs run as vectorised row loops; narrower maps (2x2, where a row loop
 // is all overhead) as a list of the (tap, output, input) triples that see data, made once.
