@@ -16,9 +16,11 @@
 // and on the flattened plane with rows of pw that is one shift per tap: out[p] += W[tap]
 // phase_tap[p + r pw + c] for p < oh pw, a loop over the whole plane that the compiler
 // vectorises, whatever the row length; the pw - ow columns past each output row are computed
-// and dropped. (A row-by-row loop was tried before: on rows of 2-32 outputs it was all loop
-// overhead, 1.3-14x slower than jit_dw with its reorders.) The phase planes' padding is zeroed
-// once a plan; each plane writes only the positions inside X.
+// and dropped. Up to nine taps go in one pass over out, which stays in registers (a 3x3
+// kernel in one pass; three a pass took 1.9 ms more a MobileNetV2 step). (A row-by-row loop
+// was tried before: on rows of 2-32 outputs it was all loop overhead, 1.3-14x slower than
+// jit_dw with its reorders.) The phase planes' padding is zeroed once a plan; each plane
+// writes only the positions inside X.
 //
 // The backward reads the same planes: dW[tap] = sum of dY (on the grid of rows of pw, zero in
 // the dropped columns) times phase_tap shifted, and dX's phase plane (a, b) is the sum over its
@@ -50,7 +52,7 @@
 // and kept with oneDNN, measured alone (ours against jit_dw and its reorders in the step):
 //   features.5 (192, 8x8)    phase planes 0.95 + 2.3, channels last 1.8 + 3.0, oneDNN 0.94 + 1.5
 //   features.8 (384, 4x4)    channels last 0.75 + 1.25, oneDNN 0.33 + 0.6
-// All depthwise layers 63 -> 43 ms a step, the step 265 -> 232 ms (medians of interleaved runs).
+// All depthwise layers 63 -> 42 ms a step, the step 265 -> 232 ms (medians of interleaved runs).
 #include "backends/cpu/conv/depthwise.h"
 
 #include <algorithm>
@@ -124,28 +126,43 @@ OMT_ALWAYS_INLINE void fill_phases(const Geometry& g, const float* __restrict x,
     }
 }
 
-// out[p] (+)= sum over taps t < T of k[t] in[off[t] + p], for p < n: up to three taps a pass
-// over out, which stays in registers between them.
+// out[p] (+)= sum over taps t < G of k[t] in[off[t] + p] for p < n, in one pass over out.
+template <int G, bool Add>
+OMT_ALWAYS_INLINE void tap_group(float* __restrict out, const float* __restrict in, const int64_t* off,
+                                 const float* k, int64_t n) {
+  const float* __restrict r[G];
+  float kk[G];
+  for (int t = 0; t < G; ++t) {
+    r[t] = in + off[t];
+    kk[t] = k[t];
+  }
+#pragma omp simd
+  for (int64_t p = 0; p < n; ++p) {
+    float v = 0.0f;
+    if constexpr (Add) v = out[p];
+    for (int t = 0; t < G; ++t) v += kk[t] * r[t][p];
+    out[p] = v;
+  }
+}
+
+template <int G>
+OMT_ALWAYS_INLINE void tap_group(float* out, const float* in, const int64_t* off, const float* k, bool add,
+                                 int64_t n) {
+  if (add)
+    tap_group<G, true>(out, in, off, k, n);
+  else
+    tap_group<G, false>(out, in, off, k, n);
+}
+
+// out[p] (+)= sum over taps t < T of k[t] in[off[t] + p], for p < n: up to nine taps a pass
+// over out, which stays in registers between them (3x3 kernels in one pass).
 OMT_ALWAYS_INLINE void taps_into(float* __restrict out, const float* __restrict in, const int64_t* off,
                                  const float* k, int64_t taps, bool add, int64_t n) {
   int64_t t = 0;
-  if (!add) {
-    std::fill(out, out + n, 0.0f);
-  }
-  for (; t + 3 <= taps; t += 3) {
-    const float* __restrict a = in + off[t];
-    const float* __restrict b = in + off[t + 1];
-    const float* __restrict c = in + off[t + 2];
-    const float ka = k[t], kb = k[t + 1], kc = k[t + 2];
-#pragma omp simd
-    for (int64_t p = 0; p < n; ++p) out[p] += ka * a[p] + kb * b[p] + kc * c[p];
-  }
-  for (; t < taps; ++t) {
-    const float* __restrict a = in + off[t];
-    const float ka = k[t];
-#pragma omp simd
-    for (int64_t p = 0; p < n; ++p) out[p] += ka * a[p];
-  }
+  for (; t + 9 <= taps; t += 9, add = true) tap_group<9>(out, in, off + t, k + t, add, n);
+  for (; t + 3 <= taps; t += 3, add = true) tap_group<3>(out, in, off + t, k + t, add, n);
+  for (; t < taps; ++t, add = true) tap_group<1>(out, in, off + t, k + t, add, n);
+  if (!add) std::fill(out, out + n, 0.0f);  // no taps
 }
 
 // s[t] += sum over p < n of g[p] in[off[t] + p], for t < taps: three taps a pass over g.
@@ -185,16 +202,15 @@ OMT_ALWAYS_INLINE void forward_any(const Geometry& g, const float* x, const floa
       const float* wc = w + c * taps;
       const float bias = b ? b[c] : 0.0f;
       fill_phases<S>(g, x + (n * g.c + c) * in_plane, phases);
-      std::fill(grid, grid + cells, bias);
-      taps_into(grid, phases, g.tap_off.data(), wc, taps, true, cells);
+      taps_into(grid, phases, g.tap_off.data(), wc, taps, false, cells);
       float* yp = y + (n * g.c + c) * out_plane;
       for (int64_t h = 0; h < g.oh; ++h) {
-        const float* src = grid + h * g.pw;
-        float* dst = yp + h * g.ow;
-        if (relu) {
-          for (int64_t q = 0; q < g.ow; ++q) dst[q] = src[q] > 0.0f ? src[q] : 0.0f;
-        } else {
-          copy_row(dst, src, g.ow);
+        const float* __restrict src = grid + h * g.pw;
+        float* __restrict dst = yp + h * g.ow;
+#pragma omp simd
+        for (int64_t q = 0; q < g.ow; ++q) {
+          const float v = src[q] + bias;
+          dst[q] = relu && !(v > 0.0f) ? 0.0f : v;
         }
       }
     }
