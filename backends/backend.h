@@ -19,7 +19,8 @@ namespace omt {
 // of convolutions and matrix products (Conv, FusedConv, ConvGrad, MatMul, Gemm, MatMulGrad)
 // round their float32 operands to bfloat16 and accumulate in float32 (Einsum, Attention and
 // the recurrent ops stay float32 so far, and so do convolutions bound by memory rather than by
-// multiply-adds: thin ones, and depthwise ones on planes of 256 inputs or more); every tensor stays
+// multiply-adds: thin ones, and the depthwise ones of Note [Depthwise convolutions on phase
+// planes]); every tensor stays
 // float32, so parameters (the master weights), gradients, reductions, the normalisations,
 // the loss and the optimizer state are float32 as before. Backend::check_precision refuses
 // what the device cannot do (on the CPU: bfloat16 without AVX512-BF16 or AMX).

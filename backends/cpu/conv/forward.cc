@@ -28,8 +28,8 @@ namespace {
 // depthwise one (9 multiply-adds per output) ran 2.1x slower that way than oneDNN's jit_dw kernel
 // in a channel-blocked layout, reorders included (MobileNetV2 at 3x64x64, batch 64: every
 // Conv of a step 470 ms against 223 ms; its 960-channel depthwise layers 28.6 ms each before).
-// Depthwise convolutions on planes of 256 inputs or more have their own kernel on NCHW (Note
-// [Depthwise convolutions on phase planes] in conv/depthwise.cc).
+// Depthwise convolutions on planes of 256 inputs or more, or of at most 8, have their own
+// kernels on NCHW (Note [Depthwise convolutions on phase planes] in conv/depthwise.cc).
 
 // Note [Channel-blocked activations]: given tag::any on AVX-512, oneDNN 2.6 runs float32 and
 // bfloat16 convolutions as brgconv on channels-last (NHWC) activations, and its reorders
