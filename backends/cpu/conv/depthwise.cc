@@ -423,14 +423,17 @@ void DepthwisePlanes::plan(const Shape& x, const Shape& w, const Shape& y, const
     g.col_lo.push_back(std::max<int64_t>(0, -floor_div(b - g.p1, g.s1)));
     g.col_hi.push_back(std::min(g.pw, floor_div(g.iw - 1 + g.p1 - b, g.s1) + 1));
   }
-  phases_.assign(static_cast<size_t>(g.s0 * g.s1 * g.phase_floats), 0.0f);
-  // One grid for the forward's outputs or a phase plane of dX, two for dX at stride 2 across.
-  grid_.assign(static_cast<size_t>(std::max(g.oh * g.pw, 2 * g.ph * g.wd)), 0.0f);
-  // dY padded for dX: the farthest read is p < ph wd plus the largest shift rmax wd + cmax.
-  dy_.assign(static_cast<size_t>(round_up16((g.ph + g.rmax) * g.wd + g.cmax)), 0.0f);
-  dyw_.assign(static_cast<size_t>(g.oh * g.pw), 0.0f);
   channels_last_ = method == Method::kChannelsLast;
-  if (channels_last_) plan_channels_last(g);
+  if (channels_last_) {
+    plan_channels_last(g);
+  } else {
+    phases_.assign(static_cast<size_t>(g.s0 * g.s1 * g.phase_floats), 0.0f);
+    // One grid for the forward's outputs or a phase plane of dX, two for dX at stride 2 across.
+    grid_.assign(static_cast<size_t>(std::max(g.oh * g.pw, 2 * g.ph * g.wd)), 0.0f);
+    // dY padded for dX: the farthest read is p < ph wd plus the largest shift rmax wd + cmax.
+    dy_.assign(static_cast<size_t>(round_up16((g.ph + g.rmax) * g.wd + g.cmax)), 0.0f);
+    dyw_.assign(static_cast<size_t>(g.oh * g.pw), 0.0f);
+  }
   g_ = std::move(g);
 }
 

@@ -64,17 +64,19 @@ class DepthwisePlanes {
   };
 
  private:
-  Shape key_;
+  void plan_channels_last(const Geometry& g);
+
+  Shape key_;  // the shapes, strides, dilations, pads and method planned for
   bool channels_last_ = false;
   Geometry g_;
-  ChannelsLast cl_;
-  std::vector<float> xt_, yt_, dxt_, wt_, dwt_;  // channels last: a sample's X, Y or dY, dX; W^T, dW^T
-
-  void plan_channels_last(const Geometry& g);
+  // Phase planes:
   std::vector<float> phases_;  // X's phase planes, zero where they lie in the padding
-  std::vector<float> grid_;    // one plane's outputs on the phase grid
-  std::vector<float> dy_;      // dY on the grid (dW) or padded (dX), zero around it
-  std::vector<float> dyw_;     // dY on the phase grid, for dW
+  std::vector<float> grid_;    // one plane's outputs (or dX's phase planes) on the phase grid
+  std::vector<float> dy_;      // dY padded, for dX, zero around it
+  std::vector<float> dyw_;     // dY on the phase grid, zero in the dropped columns, for dW
+  // Channels last:
+  ChannelsLast cl_;
+  std::vector<float> xt_, yt_, dxt_, wt_, dwt_;  // a sample's X, Y or dY, dX; W^T, dW^T
 };
 
 }  // namespace omt::cpu
