@@ -57,7 +57,9 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
 
 using Method = DepthwisePlanes::Method;
 
-void check(const Case& k, Method method, bool relu, bool bias, bool want_dx, bool want_dw, std::mt19937_64& rng) {
+// One convolution by `planes` (a fresh object when null), called twice.
+void check(const Case& k, Method method, bool relu, bool bias, bool want_dx, bool want_dw, std::mt19937_64& rng,
+           DepthwisePlanes* planes = nullptr) {
   SCOPED_TRACE(k.str() + (method == Method::kChannelsLast ? " channels last" : " phase planes"));
   const int64_t oh = k.oh(), ow = k.ow();
   const Shape xs{k.n, k.c, k.ih, k.iw}, ws{k.c, 1, k.kh, k.kw}, ys{k.n, k.c, oh, ow};
@@ -77,14 +79,15 @@ void check(const Case& k, Method method, bool relu, bool bias, bool want_dx, boo
     if (relu) y_want[i] = std::max(y_want[i], 0.0);
   }
 
-  DepthwisePlanes planes;
-  planes.plan(xs, ws, ys, {k.s0, k.s1}, {k.d0, k.d1}, {k.pt, k.pl}, method);
+  DepthwisePlanes fresh;
+  DepthwisePlanes& p = planes ? *planes : fresh;
+  p.plan(xs, ws, ys, {k.s0, k.s1}, {k.d0, k.d1}, {k.pt, k.pl}, method);
   std::vector<float> y(dy.size(), 7.0f), dx(x.size(), 7.0f), dw(w.size(), 7.0f);
   // Twice: the second call reuses the plan and its buffers.
   for (int call = 0; call < 2; ++call) {
-    planes.forward(x.data(), w.data(), bias ? b.data() : nullptr, relu, y.data());
+    p.forward(x.data(), w.data(), bias ? b.data() : nullptr, relu, y.data());
     expect_near(y, y_want, 1e-5, "Y");
-    planes.backward(dy.data(), x.data(), w.data(), want_dx ? dx.data() : nullptr, want_dw ? dw.data() : nullptr);
+    p.backward(dy.data(), x.data(), w.data(), want_dx ? dx.data() : nullptr, want_dw ? dw.data() : nullptr);
     if (want_dx) expect_near(dx, dx_want, 1e-5, "dX");
     if (want_dw) expect_near(dw, dw_want, 1e-4, "dW");
   }
@@ -129,6 +132,18 @@ TEST(DepthwisePlanes, RandomGeometries) {
     if (testing::Test::HasFatalFailure()) return;
     ++checked;
   }
+}
+
+// A kernel sees other shapes (the last, smaller batch; evaluation): one object replans, by
+// either method, and comes back to a shape it had.
+TEST(DepthwisePlanes, ReplansWhenTheShapesChange) {
+  std::mt19937_64 rng(7);
+  DepthwisePlanes planes;
+  const Case big{2, 3, 16, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, small_batch{1, 3, 16, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+      other{2, 3, 17, 9, 5, 3, 1, 2, 2, 1, 2, 0, 1, 2}, tiny{2, 3, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  for (const Case& k : {big, small_batch, other, big, tiny, big})
+    for (Method method : {Method::kPhasePlanes, Method::kChannelsLast})
+      check(k, method, false, true, true, true, rng, &planes);
 }
 
 TEST(DepthwisePlanes, HandlesDepthwisePlanesOfTheSizesItTakes) {
