@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -131,6 +132,33 @@ TEST(DepthwisePlanes, RandomGeometries) {
       check(k, method, mode == 1, mode != 2, mode != 3, mode != 2, rng);
     if (testing::Test::HasFatalFailure()) return;
     ++checked;
+  }
+}
+
+// Kernels up to kMaxTaps taps, strides and dilations past the random test's, negative pads
+// (which leave leading inputs unread: their dX is zero), pads past the kernel's reach, and a
+// NaN through the fused Relu (it stays NaN, as Relu's own kernel leaves it).
+TEST(DepthwisePlanes, UnusualGeometries) {
+  std::mt19937_64 rng(64);
+  const std::vector<Case> cases = {
+      {2, 3, 20, 19, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},   {1, 2, 23, 21, 9, 7, 2, 3, 1, 1, 4, 3, 4, 3},
+      {1, 2, 18, 17, 8, 8, 1, 1, 1, 1, 4, 4, 3, 3},   {2, 3, 17, 19, 3, 3, 4, 4, 3, 3, 2, 1, 0, 2},
+      {2, 2, 9, 11, 3, 2, 1, 2, 1, 1, -1, -2, 1, 0},  {1, 3, 16, 16, 1, 1, 2, 2, 1, 1, -1, -1, -2, 0},
+      {2, 2, 3, 4, 3, 3, 1, 1, 1, 1, 4, 5, 4, 5},     {1, 2, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {2, 2, 8, 8, 3, 3, 1, 1, 1, 1, -1, -1, 1, 1},   {1, 2, 17, 16, 3, 3, 2, 2, 1, 1, -2, 0, 2, 1},
+  };
+  for (const Case& k : cases)
+    for (Method method : {Method::kPhasePlanes, Method::kChannelsLast})
+      check(k, method, false, true, true, true, rng);
+  for (Method method : {Method::kPhasePlanes, Method::kChannelsLast}) {
+    DepthwisePlanes planes;
+    planes.plan({1, 1, 16, 16}, {1, 1, 3, 3}, {1, 1, 16, 16}, {1, 1}, {1, 1}, {1, 1}, method);
+    std::vector<float> x(256, 1.0f), y(256);
+    x[5 * 16 + 5] = std::numeric_limits<float>::quiet_NaN();
+    const float w[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    planes.forward(x.data(), w, nullptr, true, y.data());
+    EXPECT_TRUE(std::isnan(y[5 * 16 + 5]));
+    EXPECT_EQ(y[0], 4.0f);
   }
 }
 

@@ -210,7 +210,7 @@ OMT_ALWAYS_INLINE void forward_any(const Geometry& g, const float* x, const floa
 #pragma omp simd
         for (int64_t q = 0; q < g.ow; ++q) {
           const float v = src[q] + bias;
-          dst[q] = relu && !(v > 0.0f) ? 0.0f : v;
+          dst[q] = relu && v < 0.0f ? 0.0f : v;  // (a NaN stays NaN)
         }
       }
     }
@@ -330,7 +330,7 @@ OMT_ALWAYS_INLINE void cl_forward_any(const Geometry& g, const DepthwisePlanes::
       for (int32_t t = cl.out_start[o]; t < cl.out_start[o + 1]; ++t)
         fma_row(acc, buf.wt + cl.by_out.tap[t] * c, buf.xt + cl.by_out.in[t] * c, c);
       if (relu)
-        for (int64_t k = 0; k < c; ++k) acc[k] = acc[k] > 0.0f ? acc[k] : 0.0f;
+        for (int64_t k = 0; k < c; ++k) acc[k] = acc[k] < 0.0f ? 0.0f : acc[k];
     }
     transpose(buf.yt, po, c, y + n * c * po);
   }
@@ -393,7 +393,7 @@ void DepthwisePlanes::plan(const Shape& x, const Shape& w, const Shape& y, const
   key.insert(key.end(), d.begin(), d.end());
   key.insert(key.end(), pb.begin(), pb.end());
   if (key == key_) return;
-  key_ = key;
+  key_.clear();  // set again last: a plan cut short by an allocation failure is no plan
   Geometry g;
   g.n = x[0], g.c = x[1], g.ih = x[2], g.iw = x[3], g.oh = y[2], g.ow = y[3], g.kh = w[2], g.kw = w[3];
   g.s0 = s[0], g.s1 = s[1], g.d0 = d[0], g.d1 = d[1], g.p0 = pb[0], g.p1 = pb[1];
@@ -404,7 +404,8 @@ void DepthwisePlanes::plan(const Shape& x, const Shape& w, const Shape& y, const
   g.wd = g.ow + 2 * g.cmax;
   // The farthest read: p < oh pw plus the largest shift rmax pw + cmax.
   g.phase_floats = round_up16(g.ph * g.pw + g.cmax);
-  g.covers_input = (g.ih - 1 + g.p0) / g.s0 < g.ph && (g.iw - 1 + g.p1) / g.s1 < g.pw;
+  // Leading input rows and columns are on no grid under negative pads, trailing ones past it.
+  g.covers_input = g.p0 >= 0 && g.p1 >= 0 && (g.ih - 1 + g.p0) / g.s0 < g.ph && (g.iw - 1 + g.p1) / g.s1 < g.pw;
   g.phase_taps.resize(static_cast<size_t>(g.s0 * g.s1));
   for (int64_t i = 0; i < g.kh; ++i)
     for (int64_t j = 0; j < g.kw; ++j) {
@@ -435,6 +436,7 @@ void DepthwisePlanes::plan(const Shape& x, const Shape& w, const Shape& y, const
     dyw_.assign(static_cast<size_t>(g.oh * g.pw), 0.0f);
   }
   g_ = std::move(g);
+  key_ = std::move(key);
 }
 
 void DepthwisePlanes::plan_channels_last(const Geometry& g) {
