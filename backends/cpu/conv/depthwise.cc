@@ -26,7 +26,8 @@
 // the dropped columns) times phase_tap shifted, and dX's phase plane (a, b) is the sum over its
 // taps of W[tap] dY shifted back, read from dY padded by rmax rows and cmax columns on each side
 // (rows of wd = ow + 2 cmax), then written into dX's positions of that phase. Input positions
-// that no output reads get zero.
+// that no output reads get zero. (In the dropped columns dW's sums meet X's values times a
+// zero of dY, so an infinite X there makes dW NaN; such an X has made Y infinite already.)
 //
 // The planes go in memory order (sample, then channel), so the hardware prefetches them: a
 // channel at a time, with dW summed in registers over the samples, the forward took 2.3x as
