@@ -175,8 +175,8 @@ TEST(GradNnConv, DepthwiseStrideLeavesARemainder) {
 }
 
 // Note [Depthwise weight gradients] (conv/grad.cc): small maps where oneDNN's jit_dw backward
-// weights declines and dW comes from the direct loop (the 3x5, 4x4 and 4x20 cases; the 2x2 one
-// is the channels-last kernel's now), with strides, dilations and asymmetric pads.
+// weights declines and dW comes from the depthwise kernels of conv/depthwise.cc (the 3x5, 4x4
+// and 4x20 cases; the 2x2 one is theirs by default), with strides, dilations and asymmetric pads.
 TEST(GradNnConv, DepthwiseOnSmallMaps) {
   struct Case {
     Shape x, w;

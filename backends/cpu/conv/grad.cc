@@ -60,75 +60,12 @@ struct Port {
 // have their own kernel: Note [Depthwise convolutions on phase planes] in conv/depthwise.cc;
 // strided or dilated ones on maps of 15 to 80 positions), and its fallback, the gemm
 // convolution, runs one tiny GEMM per channel and sample: 24.8 ms a call for 4.4 MFLOP on
-// those 2x2 maps. There dW comes from this direct loop over NCHW instead:
-//   dW[c, i, j] = sum over n, oh, ow of dY[n, c, oh, ow] X[n, c, oh s0 - p0 + i d0, ow s1 - p1 + j d1].
-// Rows of at least 8 outputs run as vectorised row loops; narrower maps (2x2, where a row loop
-// is all overhead) as a list of the (tap, output, input) triples that see data, made once.
-struct DepthwiseGeometry {
-  int64_t n = 0, c = 0, ih = 0, iw = 0, oh = 0, ow = 0, kh = 0, kw = 0;
-  int64_t s0 = 1, s1 = 1, d0 = 1, d1 = 1, p0 = 0, p1 = 0;
-  std::vector<int32_t> tap, out, in;  // the live triples, for maps narrower than 8
-
-  void list_triples() {
-    if (ow >= 8) return;
-    for (int64_t i = 0; i < kh; ++i)
-      for (int64_t j = 0; j < kw; ++j)
-        for (int64_t r = 0; r < oh; ++r)
-          for (int64_t q = 0; q < ow; ++q) {
-            const int64_t row = r * s0 - p0 + i * d0, col = q * s1 - p1 + j * d1;
-            if (row < 0 || row >= ih || col < 0 || col >= iw) continue;
-            tap.push_back(static_cast<int32_t>(i * kw + j));
-            out.push_back(static_cast<int32_t>(r * ow + q));
-            in.push_back(static_cast<int32_t>(row * iw + col));
-          }
-  }
-};
-
-inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
-
-void depthwise_weight_grad(const DepthwiseGeometry& g, const float* dy, const float* x, float* dw) {
-  if (g.ow < 8) {
-    const size_t k = static_cast<size_t>(g.kh * g.kw), live = g.tap.size();
-    std::vector<float> acc(k);
-    for (int64_t c = 0; c < g.c; ++c) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t b = 0; b < g.n; ++b) {
-        const float* yp = dy + (b * g.c + c) * g.oh * g.ow;
-        const float* xp = x + (b * g.c + c) * g.ih * g.iw;
-        for (size_t t = 0; t < live; ++t) acc[g.tap[t]] += yp[g.out[t]] * xp[g.in[t]];
-      }
-      std::copy(acc.begin(), acc.end(), dw + c * static_cast<int64_t>(k));
-    }
-    return;
-  }
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) {
-        // Output columns whose input column ow s1 - p1 + j d1 lies inside [0, iw).
-        const int64_t off = j * g.d1 - g.p1;
-        const int64_t lo = ceil_div_nonneg(-off, g.s1);
-        const int64_t hi = std::min(g.ow, g.iw - 1 - off < 0 ? 0 : (g.iw - 1 - off) / g.s1 + 1);
-        float acc = 0.0f;
-        for (int64_t b = 0; b < g.n; ++b) {
-          const float* yp = dy + (b * g.c + c) * g.oh * g.ow;
-          const float* xp = x + (b * g.c + c) * g.ih * g.iw;
-          for (int64_t r = 0; r < g.oh; ++r) {
-            const int64_t row = r * g.s0 - g.p0 + i * g.d0;
-            if (row < 0 || row >= g.ih) continue;
-            const float* yr = yp + r * g.ow;
-            const float* xr = xp + row * g.iw + off;
-#pragma omp simd reduction(+ : acc)
-            for (int64_t q = lo; q < hi; ++q) acc += yr[q] * xr[q * g.s1];
-          }
-        }
-        dw[(c * g.kh + i) * g.kw + j] = acc;
-      }
-}
-
+// those 2x2 maps. There dW comes from the depthwise kernels of conv/depthwise.cc instead
+// (which also take shapes they do not take by default), and dX still from oneDNN.
 struct ConvBackward {
   bool has_data = false, has_weights = false;
-  bool direct_dw = false;  // Note [Depthwise weight gradients]: dW by depthwise_weight_grad
-  DepthwiseGeometry dw_geometry;
+  bool direct_dw = false;  // Note [Depthwise weight gradients]: dW by DepthwisePlanes, with
+  std::vector<int64_t> dw_strides, dw_dilations, dw_pads;  // the convolution's (leading pads)
   dnnl::convolution_backward_data data;
   dnnl::convolution_backward_weights weights;
   Port data_dy, data_w, data_dx;  // backward data: diff_dst, weights -> diff_src
@@ -414,9 +351,9 @@ class ConvGradKernel : public OpKernel {
             info_.precision == MathPrecision::kFloat32 &&
             std::string(pd.impl_info_str()).find("gemm") != std::string::npos) {
           e.direct_dw = true;
-          e.dw_geometry = {x[0], x[1], x[2], x[3], out[2], out[3], w[2], w[3],
-                           s[0], s[1], d[0], d[1], pb[0], pb[1], {}, {}, {}};
-          e.dw_geometry.list_triples();
+          e.dw_strides = s;
+          e.dw_dilations = d;
+          e.dw_pads = pb;
           e.has_weights = true;
           return e;
         }
@@ -453,7 +390,8 @@ class ConvGradKernel : public OpKernel {
     }
     if (dw && e.has_weights && e.direct_dw) {
       st.wait();
-      depthwise_weight_grad(e.dw_geometry, dy.data<float>(), x.data<float>(), dw->data<float>());
+      depthwise_.plan(x.shape(), w.shape(), dy.shape(), e.dw_strides, e.dw_dilations, e.dw_pads);
+      depthwise_.backward(dy.data<float>(), x.data<float>(), w.data<float>(), nullptr, dw->data<float>());
     } else if (dw && e.has_weights) {
       const bool reuse_dy = e.shared_dy && dy_pulled;  // dY in this layout already, from the data pass
       dnnl::memory& ddst = reuse_dy ? e.data_dy.mem : e.wei_dy.bind(dy.raw());
@@ -474,7 +412,7 @@ class ConvGradKernel : public OpKernel {
   std::vector<float> col_, acc_;  // gemm_weight_grad's im2col columns and [dW | dB]
   Tensor cut_w_, cut_dw_;         // W's live taps and their gradient (Note [Taps that see only padding])
   DenseMapCache dense_;           // Note [Convolutions on maps within the kernel's reach]
-  DepthwisePlanes depthwise_;     // Note [Depthwise convolutions on phase planes]
+  DepthwisePlanes depthwise_;     // Note [Depthwise convolutions on phase planes], [Depthwise weight gradients]
   Tensor expanded_w_;             // Wx, unless shared
   std::vector<float> expanded_dw_;  // G = dY^T X, which dW sums
 };
