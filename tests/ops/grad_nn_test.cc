@@ -417,13 +417,17 @@ TEST(GradNnConv, MapsWithinTheKernelsReachInSeveralBlocksOfG) {
 
 // Note [Winograd convolutions] (conv/geometry.h): a float32 3x3 stride-1 convolution with
 // channels in sixteens runs oneDNN's Winograd kernel on AVX-512 (the direct one elsewhere).
-// Its backward passes always: dX and dW of a 16-channel 6x6 case against float64 sums
-// (finite differences in float32 are too coarse for 144-term sums: they missed by 10% with
-// the direct kernel too). Its forward from kWinogradForwardPositions output positions a call:
-// a 64x64 map against the float64 im2col forward. The transforms round a few more times than
+// Its weight gradient always, its data gradient from kWinogradDataPositions output positions
+// a call: dX and dW of a 16-channel 6x6 case (dX direct) and of a 24x24 one (both Winograd)
+// against float64 sums (finite differences in float32 are too coarse for 144-term sums: they
+// missed by 10% with the direct kernel too). Its forward from kWinogradForwardPositions: a
+// 64x64 map against the float64 im2col forward. The transforms round a few more times than
 // a direct sum; both stay within 1e-5 of the largest value.
 TEST(GradNnConv, WinogradConvolutions) {
   expect_conv_grad_matches_float64({2, 16, 6, 6}, {16, 16, 3, 3}, 1, 300, 1e-5);
+  ASSERT_LT(2 * 6 * 6, cpu::kWinogradDataPositions);
+  expect_conv_grad_matches_float64({2, 16, 24, 24}, {16, 16, 3, 3}, 1, 305, 1e-5);
+  ASSERT_GE(2 * 24 * 24, cpu::kWinogradDataPositions);
   const Tensor x = random_tensor({2, 16, 64, 64}, 310), w = random_tensor({16, 16, 3, 3}, 311), b = random_tensor({16}, 312);
   ASSERT_GE(2 * 64 * 64, cpu::kWinogradForwardPositions);
   const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});

@@ -64,8 +64,13 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // of more channel pairs than WinogradWeights learns (kMaxPairs: 128x128) take oneDNN's
 // reference reorder, and the forward asks for Winograd there only from
 // kWinogradForwardPositionsSlowWeights, as before that transform existed. The backward
-// passes read the usual blocked weights and ask for it always.
+// passes read the usual blocked weights. The weight gradient asks for Winograd always. The
+// data gradient transforms W inside oneDNN on every call, which on small calls outweighs
+// the kernel: ResNet-18's layer2 at batch 32 (512 positions), ConvGrad 1.12-1.31 -> 0.87-1.07
+// ms a call with the direct data pass (Zen 5, two replicas), level at batch 64, and slower
+// on layer1 at batch 32 (2048 positions). So it asks for it from kWinogradDataPositions.
 constexpr int64_t kWinogradForwardPositions = 1024, kWinogradForwardPositionsSlowWeights = 8192;
+constexpr int64_t kWinogradDataPositions = 1024;
 
 // Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
 // its float32 one computes a 3x3 stride-1 weight gradient faster than its bfloat16 direct one
