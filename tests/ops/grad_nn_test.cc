@@ -408,7 +408,7 @@ void expect_conv_grad_matches_float64(const Shape& xs, const Shape& ws, int64_t 
   EXPECT_LT(relative_error(grads[1], dw), tolerance) << "dW of " << shape_str(xs) << " * " << shape_str(ws);
 }
 
-// The dense path's dW sums G = dY^T X a block of output channels at a time (kDenseGradFloats
+// The dense path's dW sums G = dY^T X' a block of output channels at a time (kDenseGradFloats
 // of G): 128 output channels over 256 inputs on 2x2 maps make two blocks, checked against
 // float64 (the geometries above fit in one).
 TEST(GradNnConv, MapsWithinTheKernelsReachInSeveralBlocksOfG) {

@@ -353,7 +353,9 @@ inline Tensor live_taps(const TapCrop& crop, const Tensor& w, Tensor& own) {
 // sample's C*Pi inputs to its M*Po outputs whose matrix holds no structural zero:
 //   Wx[(m, o), (c, i)] = W[m, c, tap(o, i)],   Y [N, M*Po] = X [N, C*Pi] Wx^T
 // on the tensors' own NCHW layouts, dX = dY Wx, and dW[m, c, t] sums the entries of
-// G = dY^T X [M*Po, C*Pi] whose pair (o, i) is joined by tap t. The GEMMs do exactly the
+// G = dY^T X' [M*Po, Pi*C] whose pair (o, i) is joined by tap t, X' being X with each
+// sample's positions outer (so that a pair's C values lie together: reduce_expanded_grad
+// in conv/grad.cc). The GEMMs do exactly the
 // convolution's multiply-adds, and none of the channel-blocked kernels' reorders run. On
 // 2x2 maps oneDNN 2.6's backward weights took 3.2x its forward's time (float32, batch 64:
 // 3.38 against 1.05 ms) and its dW came back through a reorder out of 16x16 blocks. Wx is
@@ -480,35 +482,6 @@ inline void with_pi(int64_t pi, F&& f) {
 template <class T>
 inline void expand_weights(const DenseMap& dm, int64_t rows, const T* w, T* wx) {
   with_pi(dm.in_size, [&](auto pi) { expand_weights_pi<decltype(pi)::value>(dm, rows, w, wx); });
-}
-
-// dW [M, C, k...] from G = dY^T X [M*Po, C*Pi]: each tap's sum over the pairs it joins,
-// zero at taps that join none. dW[m] (C*K floats) stays in L1 while G's Po rows add into it;
-// PI as in expand_weights_pi (0.33 against 0.61 ms for layer3's weights).
-template <int PI>
-void reduce_expanded_grad_pi(const DenseMap& dm, int64_t m, const float* g, float* dw) {
-  const int64_t pi = PI > 0 ? PI : dm.in_size, po = dm.out_size, c = dm.channels, k = dm.taps, row = c * pi;
-  for (int64_t mi = 0; mi < m; ++mi) {
-    float* dwm = dw + mi * c * k;
-    std::fill(dwm, dwm + c * k, 0.0f);
-    for (int64_t o = 0; o < po; ++o) {
-      const float* in = g + (mi * po + o) * row;
-      const int32_t* t = dm.tap.data() + o * pi;
-      if constexpr (PI > 0) {
-        int32_t tt[PI];
-        for (int i = 0; i < PI; ++i) tt[i] = t[i];
-        for (int64_t ci = 0; ci < c; ++ci)
-          for (int i = 0; i < PI; ++i) dwm[ci * k + tt[i]] += in[ci * PI + i];
-      } else {
-        for (int64_t ci = 0; ci < c; ++ci)
-          for (int64_t i = 0; i < pi; ++i) dwm[ci * k + t[i]] += in[ci * pi + i];
-      }
-    }
-  }
-}
-
-inline void reduce_expanded_grad(const DenseMap& dm, int64_t m, const float* g, float* dw) {
-  with_pi(dm.in_size, [&](auto pi) { reduce_expanded_grad_pi<decltype(pi)::value>(dm, m, g, dw); });
 }
 
 // Wx for W [M, C, k...] (dm.active), in float32 or, under bf16 math, already rounded to

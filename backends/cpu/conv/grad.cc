@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/avx2_clones.h"
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
@@ -54,6 +55,50 @@ struct Port {
     if (needs_reorder) reorder.execute(st, mem, user);
   }
 };
+
+// Note [Convolutions on maps within the kernel's reach] (conv/geometry.h): X [N, C, Pi] with
+// each sample's positions outer, X' [N, Pi, C], the B operand of G = dY^T X' [M*Po, Pi*C].
+void positions_outer(const DenseMap& dm, int64_t n, const float* x, float* xt) {
+  const int64_t pi = dm.in_size, c = dm.channels;
+  for (int64_t b = 0; b < n; ++b, x += c * pi, xt += c * pi)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t i = 0; i < pi; ++i) xt[i * c + ci] = x[ci * pi + i];
+}
+
+// dW [m rows of M, C, k...] from G: each tap's sum over the pairs it joins, zero at taps that
+// join none. With the positions outer, each (output, input) pair adds C contiguous values of
+// G into its tap's row of dW[m] held as [K, C] in `acc` (K*C floats, in L1), which is then
+// written into dW[m] [C, K] transposed. With the channels inner (each value added into a tap
+// K floats from the last), ResNet-18's 256x256 layer3 weights took 0.27 ms a call whatever
+// the batch; its ConvGrad now takes 0.08 ms less.
+OMT_ALWAYS_INLINE void reduce_expanded_grad_impl(const DenseMap& dm, int64_t m, const float* g, float* dw, float* acc) {
+  const int64_t pi = dm.in_size, po = dm.out_size, c = dm.channels, k = dm.taps, row = pi * c;
+  for (int64_t mi = 0; mi < m; ++mi) {
+    std::fill(acc, acc + k * c, 0.0f);
+    for (int64_t o = 0; o < po; ++o)
+      for (int64_t i = 0; i < pi; ++i) {
+        float* __restrict a = acc + dm.tap[static_cast<size_t>(o * pi + i)] * c;
+        const float* __restrict in = g + (mi * po + o) * row + i * c;
+        for (int64_t ci = 0; ci < c; ++ci) a[ci] += in[ci];
+      }
+    float* dwm = dw + mi * c * k;
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t t = 0; t < k; ++t) dwm[ci * k + t] = acc[t * c + ci];
+  }
+}
+
+#ifdef OMT_AVX2_CLONES
+OMT_AVX2_TARGET void reduce_expanded_grad_avx2(const DenseMap& dm, int64_t m, const float* g, float* dw, float* acc) {
+  reduce_expanded_grad_impl(dm, m, g, dw, acc);
+}
+#endif
+
+void reduce_expanded_grad(const DenseMap& dm, int64_t m, const float* g, float* dw, float* acc) {
+#ifdef OMT_AVX2_CLONES
+  if (use_avx2_clones()) return reduce_expanded_grad_avx2(dm, m, g, dw, acc);
+#endif
+  reduce_expanded_grad_impl(dm, m, g, dw, acc);
+}
 
 // Note [Depthwise weight gradients]: oneDNN 2.6's jit_dw backward-weights kernel turns some
 // depthwise shapes down (MobileNetV2's 960-channel 3x3 pad-1 layers on 2x2 maps, which now
@@ -172,12 +217,15 @@ class ConvGradKernel : public OpKernel {
         const int64_t per_m = dm.out_size * cols;
         const int64_t block = std::max<int64_t>(1, kDenseGradFloats / per_m) * dm.out_size;
         expanded_dw_.resize(static_cast<size_t>(std::min(rows, block) * cols));
+        positions_outer_x_.resize(static_cast<size_t>(x.numel()));
+        positions_outer(dm, n, x.data<float>(), positions_outer_x_.data());
+        tap_rows_.resize(static_cast<size_t>(dm.taps * dm.channels));
         for (int64_t r0 = 0; r0 < rows; r0 += block) {
           const int64_t rr = std::min(block, rows - r0);
-          gemm(true, false, rr, cols, n, 1.0f, dy.data<float>() + r0, rows, x.data<float>(), cols, 0.0f,
+          gemm(true, false, rr, cols, n, 1.0f, dy.data<float>() + r0, rows, positions_outer_x_.data(), cols, 0.0f,
                expanded_dw_.data(), cols, info_.precision);
           reduce_expanded_grad(dm, rr / dm.out_size, expanded_dw_.data(),
-                               dw->data<float>() + (r0 / dm.out_size) * (w.numel() / m));
+                               dw->data<float>() + (r0 / dm.out_size) * (w.numel() / m), tap_rows_.data());
         }
       }
       return;
@@ -415,7 +463,8 @@ class ConvGradKernel : public OpKernel {
   DenseMapCache dense_;           // Note [Convolutions on maps within the kernel's reach]
   DepthwisePlanes depthwise_;     // Note [Depthwise convolutions on phase planes], [Depthwise weight gradients]
   Tensor expanded_w_;             // Wx, unless shared
-  std::vector<float> expanded_dw_;  // G = dY^T X, which dW sums
+  std::vector<float> expanded_dw_;  // G = dY^T X', which dW sums
+  std::vector<float> positions_outer_x_, tap_rows_;  // X' and dW[m] as [K, C] (reduce_expanded_grad)
 };
 
 }  // namespace
