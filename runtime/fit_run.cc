@@ -233,7 +233,9 @@ EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& la
     for (const auto& p : trainer.training_graph().params) live_.push_back(p.name);
     for (const auto& s : trainer.plan().batchnorm_states) live_.push_back(s);
     auto plan = std::make_shared<const Model>(parameters_as_inputs(trainer.trained_model(), live_));
-    predictor_ = std::make_unique<Predictor>(plan, trainer.local_replicas(), o.mirror.session);
+    SessionOptions so = o.mirror.session;
+    so.num_threads = std::max(1, o.mirror.threads_per_replica);  // each replica's share, as in training
+    predictor_ = std::make_unique<Predictor>(plan, trainer.local_replicas(), so);
   }
   NamedTensors values;
   const NamedTensors& params = trainer.parameters();

@@ -80,8 +80,29 @@ Model parameters_as_inputs(Model model, const std::vector<std::string>& names) {
   return model;
 }
 
+namespace {
+
+// The calling thread's OpenMP team size for one run, the caller's restored after. oneDNN sizes
+// a primitive's work split when it creates the primitive, from this setting, so it has to be
+// set before the first kernel runs, not only by each kernel before it executes: a one-session
+// Predictor on the training thread (which the replica pool leaves at its own team size)
+// created its primitives for every core under --threads 1.
+class TeamSize {
+ public:
+  explicit TeamSize(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~TeamSize() { omp_set_num_threads(saved_); }
+  TeamSize(const TeamSize&) = delete;
+  TeamSize& operator=(const TeamSize&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
 NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole) {
   if (sessions_.size() == 1) {
+    TeamSize team(sessions_[0]->options().num_threads);
     if (whole.size() == 0) return downloaded(*sessions_[0], sessions_[0]->run(feeds));
     NamedTensors all = feeds;
     for (const auto& name : whole.names()) all.set(name, whole.at(name));
@@ -105,7 +126,7 @@ NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole
   for (int r = 0; r <= n; ++r) bounds[r] = batch * r / n;
   auto work = [&](int r) {
     try {
-      omp_set_num_threads(sessions_[r]->options().num_threads);
+      TeamSize team(sessions_[r]->options().num_threads);
       NamedTensors shard;
       for (const auto& name : feeds.names())
         shard.set(name, slice_rows(feeds.at(name), bounds[r], bounds[r + 1]));

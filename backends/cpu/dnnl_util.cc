@@ -15,6 +15,7 @@
 // OpenMP's per-thread team size, looked up weakly: oneDNN loads the OpenMP runtime, but this
 // library does not link it directly (Note [oneDNN threads] below).
 extern "C" void omp_set_num_threads(int) __attribute__((weak));
+extern "C" int omp_get_max_threads() __attribute__((weak));
 
 namespace omt::cpu {
 
@@ -31,11 +32,13 @@ dnnl::stream& dnnl_stream() {
 // Note [oneDNN threads]: oneDNN here is built on OpenMP, whose team size is a per-thread
 // setting of the calling thread. Each replica runs its kernels on its own host thread, so
 // setting it there before a primitive runs keeps replicas from oversubscribing the cores.
+// The setting is read back each time rather than remembered: other code sets it too (the
+// replica pool restores the caller's after running replica 0 there, a Predictor sets its
+// sessions'), and a remembered value went stale: a one-session Predictor on the training
+// thread ran its primitives on every core under --threads 1.
 void dnnl_set_num_threads(int n) {
-  thread_local int current = 0;
-  if (n <= 0 || n == current || omp_set_num_threads == nullptr) return;
-  omp_set_num_threads(n);
-  current = n;
+  if (n <= 0 || omp_set_num_threads == nullptr || omp_get_max_threads == nullptr) return;
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
 dnnl::memory CallScratch::add(const dnnl::memory::desc& md) {

@@ -12,6 +12,10 @@
 
 #include "backends/cpu/dnnl_util.h"
 
+// The OpenMP runtime oneDNN loads, looked up weakly as dnnl_util.cc does.
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+extern "C" int omp_get_max_threads() __attribute__((weak));
+
 namespace omt::cpu {
 namespace {
 
@@ -149,6 +153,23 @@ TEST(WinogradWeights, WriteWhatOneDnnsReorderWrites) {
   const md big = winograd_weights(32, 256, 256, 8, 1);
   EXPECT_FALSE(WinogradWeights::make(md({256, 256, 3, 3}, dt::f32, tag::oihw), big));
   EXPECT_FALSE(WinogradWeights::make(md({64, 64, 3, 3}, dt::f32, tag::oihw), md({64, 64, 3, 3}, dt::f32, tag::OIhw16i16o)));
+}
+
+// Note [oneDNN threads]: a kernel's dnnl_set_num_threads holds even after other code has set
+// the thread's team size (the replica pool restores the caller's after running replica 0
+// there): a remembered last value skipped the call, and a one-session Predictor on the
+// training thread ran its primitives on every core under --threads 1.
+TEST(DnnlThreads, SetsTheTeamSizeWhateverElseSetIt) {
+  if (omp_set_num_threads == nullptr || omp_get_max_threads == nullptr) GTEST_SKIP() << "no OpenMP runtime loaded";
+  std::thread([] {
+    dnnl_set_num_threads(1);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+    omp_set_num_threads(3);
+    dnnl_set_num_threads(1);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+    dnnl_set_num_threads(2);
+    EXPECT_EQ(omp_get_max_threads(), 2);
+  }).join();
 }
 
 // Note [Call scratch]: a kernel's temporaries lie side by side, aligned, in its thread's

@@ -2,10 +2,16 @@
 // named errors, unsupported ops are listed all at once.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "graph/onnx_io.h"
 #include "runtime/data/npy.h"
 #include "runtime/predictor.h"
 #include "tests/test_util.h"
+
+// The OpenMP runtime oneDNN loads, looked up weakly as backends/cpu/dnnl_util.cc does.
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+extern "C" int omp_get_max_threads() __attribute__((weak));
 
 namespace omt {
 namespace {
@@ -62,6 +68,24 @@ TEST(Predictor, NarrowedClassifierPredictsTheWholeModelsLogits) {
     EXPECT_EQ(p.model().graph.value_info.at("layer_norm_4").shape_str(), "[batch,1,16]");
     EXPECT_TRUE(test::tensors_close(p.run(feeds).at("logits"), want, 1e-5, 1e-6)) << replicas << " replicas";
   }
+}
+
+// Note [oneDNN threads] (backends/cpu/dnnl_util.cc): a Predictor runs its kernels with its
+// sessions' team size, set before their primitives are made, and leaves the calling thread's
+// as it found it: the caller is the user's thread (or fit's, between training steps).
+TEST(Predictor, LeavesTheCallersTeamSize) {
+  if (omp_set_num_threads == nullptr || omp_get_max_threads == nullptr) GTEST_SKIP() << "no OpenMP runtime loaded";
+  const auto model = load("models/cnn.onnx");
+  NamedTensors feeds;
+  feeds.set("input", read_npz(test::source_path("models/reference/cnn_predict.npz")).at("input"));
+  std::thread([&] {
+    omp_set_num_threads(3);
+    for (int replicas : {1, 2}) {
+      Predictor p(model, replicas);
+      p.run(feeds);
+      EXPECT_EQ(omp_get_max_threads(), 3) << replicas << " replica(s)";
+    }
+  }).join();
 }
 
 TEST(Session, BadFeedsNameBothSides) {
