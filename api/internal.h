@@ -18,6 +18,10 @@
 #include "runtime/predictor.h"
 #include "runtime/session.h"
 
+namespace omt {
+class MirroredTrainer;
+}
+
 namespace onnx_mirror {
 namespace detail {
 
@@ -59,6 +63,19 @@ struct Model::Impl {
   // A Trainer was attached at some point: predict and save run BatchNormalization and
   // Dropout in inference mode from then on (Note [Trained models are inference models]).
   bool trained = false;
+
+  // Note [Windows written when read]: the attached Trainer's MirroredTrainer trains cropped
+  // weights (Note [Kernel taps that read only padding] in graph/dead_taps.cc) in windows of
+  // its own and defers writing them into the store (MirroredTrainer::defer_shared_writes):
+  // those writes touch every cache line of the whole weights (ResNet-18's layer4: Trainer::step
+  // at 2 replicas 31.3 -> 29.3 ms on Zen 5). Every read of the store goes through this Impl
+  // under `mu` (predict, evaluate, parameter, save), so each calls sync_store() first, which
+  // writes them if a step has run since they were last written; the Trainer's destructor
+  // does too, as the store outlives it. fit writes them at its end and stops deferring, so
+  // Trainer::fit defers again after it.
+  omt::MirroredTrainer* writer = nullptr;
+  bool store_stale = false;  // a step has trained windows that the store does not hold yet
+  void sync_store();
 
   // Inference plan: omt::Predictor (one Session per replica, the batch cut across them),
   // rebuilt when `replicas`, `threads` or `live` change.

@@ -12,6 +12,7 @@
 #include "runtime/data/token_file.h"
 #include "runtime/fit.h"
 #include "runtime/metrics.h"
+#include "runtime/mirrored_trainer.h"
 #include "runtime/predictor.h"
 
 namespace onnx_mirror {
@@ -70,11 +71,21 @@ void Model::Impl::set_live(const std::vector<std::string>& names) {
   if (live.size() != before) predictor.reset();
 }
 
+// Note [Windows written when read] (api/internal.h).
+void Model::Impl::sync_store() {
+  if (writer && store_stale) {
+    writer->defer_shared_writes(false);  // writes the windows
+    writer->defer_shared_writes(true);
+  }
+  store_stale = false;
+}
+
 omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, int replicas,
                                               int threads_per_replica) {
   OMT_CHECK(replicas >= 1, kInvalidArgument, "predict needs at least 1 replica, got ", replicas);
   OMT_CHECK(threads_per_replica >= 1, kInvalidArgument, "predict needs at least 1 thread per replica, got ",
             threads_per_replica);
+  sync_store();
   if (!predictor || predictor->replicas() != replicas || threads != threads_per_replica) {
     predictor.reset();
     // The inference graph: live parameters become inputs (Note [One parameter store]).
@@ -97,6 +108,7 @@ omt::NamedTensors Model::Impl::predict_locked(const omt::NamedTensors& inputs, i
 }
 
 EvalResult Model::Impl::evaluate_locked(const omt::Dataset& data, const EvalOptions& o) {
+  sync_store();
   const omt::Tensor& given = data.labels;
   const omt::ValueInfo& output = omt::loss_output(*model, o.output);
   const std::string what = "the labels of '" + data.source + "'";
@@ -273,6 +285,7 @@ std::vector<std::string> Model::export_notes() const {
 Tensor Model::parameter(const std::string& name) const {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->sync_store();
     const auto& init = impl_->model->graph.initializers;
     OMT_CHECK(init.has(name), kInvalidArgument, "the model has no parameter '", name,
               "'; Model::parameter_names() lists them");
@@ -283,6 +296,7 @@ Tensor Model::parameter(const std::string& name) const {
 void Model::save(const std::string& path) const {
   guarded([&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->sync_store();
     if (!impl_->trained) return omt::save_onnx(*impl_->model, path);
     omt::Model inference = *impl_->model;  // shares the parameter tensors
     omt::make_inference_mode(inference.graph);  // Note [Trained models are inference models]

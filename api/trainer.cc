@@ -71,6 +71,9 @@ struct Trainer::Impl {
       built_with = run;
       built_with.config_check = nullptr;  // the constructor compared the trainer's fields
       mt = std::make_unique<omt::MirroredTrainer>(model->model, spec, built_with);
+      // Note [Windows written when read] (api/internal.h).
+      mt->defer_shared_writes(true);
+      model->writer = mt.get();
     }
     return *mt;
   }
@@ -236,6 +239,12 @@ Trainer::Trainer(Model& model, const TrainerOptions& options) : impl_(std::make_
 Trainer::~Trainer() {
   if (!impl_ || !impl_->model) return;
   std::lock_guard<std::mutex> lock(impl_->model->mu);
+  try {
+    impl_->model->sync_store();  // the store outlives the trainer: it gets the last windows
+  } catch (...) {  // a destructor does not throw; the windows stay as the last read left them
+  }
+  impl_->model->writer = nullptr;
+  impl_->model->store_stale = false;
   impl_->mt.reset();
   impl_->model->has_trainer = false;
 }
@@ -254,7 +263,9 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
     const auto shards = impl_->shard(feeds, prepared);
     int64_t counted = 0;
     for (const auto& s : shards) counted += s.weight();
-    return impl_->trainer().step(shards, labels.dim(0), impl_->lr, counted).loss;
+    const double loss = impl_->trainer().step(shards, labels.dim(0), impl_->lr, counted).loss;
+    impl_->model->store_stale = true;  // Note [Windows written when read]
+    return loss;
   });
 }
 
@@ -318,6 +329,16 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
               " (by its first fit, step, resume or checkpoint), and they keep it; pass FitConfig::stop and "
               "trace_path to the first fit, and the same stop flag to every fit");
     std::ostream silent(nullptr);
+    // fit writes the windows at its end and stops deferring (also when it throws); steps
+    // after it defer again (Note [Windows written when read]).
+    struct DeferAgain {
+      omt::MirroredTrainer& mt;
+      Model::Impl& model;
+      ~DeferAgain() {
+        mt.defer_shared_writes(true);
+        model.store_stale = false;
+      }
+    } defer_again{mt, *t.model};
     omt::FitResult r = omt::fit(mt, t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
 
     FitReport report;
@@ -422,6 +443,7 @@ void Trainer::resume(const std::string& dir_or_file) {
     const auto signatures = omt::param_signatures(mt.parameters());
     omt::check_compatible(ck, omt::model_fingerprint(signatures), signatures);
     mt.load(ck.params, ck.state, ck.step);
+    impl_->model->store_stale = false;  // load writes cropped weights whole into the store
   });
 }
 

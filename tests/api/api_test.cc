@@ -115,6 +115,54 @@ TEST(ApiTest, PredictAfterFineTuneStepSeesNewWeights) {
   std::system(("rm -rf '" + dir + "'").c_str());
 }
 
+// Note [Windows written when read] (api/internal.h): tests/data/dead_taps/conv_on_1x1.onnx's
+// 3x3 weight meets a 1x1 map, so its trainer trains the centre taps alone and writes them into
+// the model's store only when the store is read. Read after every step, the centre taps have
+// moved and the others have not, and predict agrees with the parameters read; never read,
+// the store gets the last windows when the trainer goes, the same bits.
+TEST(ApiTest, CroppedWeightsReachTheStoreWhenRead) {
+  const std::string path = source("tests/data/dead_taps/conv_on_1x1.onnx");
+  Model read_each = Model::load(path), read_never = Model::load(path);
+  const Tensor w0 = read_each.parameter("w");
+  TrainerOptions o;
+  o.lr = 0.5f;
+  o.replicas = 2;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  {
+    Trainer te(read_each, o), tn(read_never, o);
+    Tensor last = w0;
+    for (int s = 0; s < 3; ++s) {
+      std::vector<float> xv(8 * 4);
+      for (auto& v : xv) v = normal(rng);
+      const Tensor x = Tensor::from_vector(xv, {8, 4, 1, 1});
+      std::vector<int64_t> yv(8);
+      for (int64_t n = 0; n < 8; ++n) yv[size_t(n)] = (n * 3 + s) % 8;
+      const Tensor y = Tensor::from_vector(yv, {8});
+      te.step(x, y);
+      tn.step(x, y);
+      const Tensor w = read_each.parameter("w"), b = read_each.parameter("b");
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        const float now = w.data<float>()[i];
+        if (i % 9 == 4)
+          EXPECT_NE(now, last.data<float>()[i]) << "centre tap " << i / 9 << " after step " << s;
+        else
+          EXPECT_EQ(now, w0.data<float>()[i]) << "tap " << i % 9 << " of " << i / 9 << " after step " << s;
+      }
+      last = w;
+      const Tensor p = read_each.predict(x, 1);
+      for (int64_t n = 0; n < 8; ++n)
+        for (int64_t m = 0; m < 8; ++m) {
+          double want = b.data<float>()[m];
+          for (int64_t c = 0; c < 4; ++c) want += double(w.data<float>()[(m * 4 + c) * 9 + 4]) * xv[size_t(n * 4 + c)];
+          EXPECT_NEAR(p.data<float>()[n * 8 + m], want, 1e-5) << "sample " << n << ", class " << m;
+        }
+    }
+  }
+  EXPECT_TRUE(same_bits(read_never.parameter("w"), read_each.parameter("w")));
+  EXPECT_TRUE(same_bits(read_never.parameter("b"), read_each.parameter("b")));
+}
+
 TEST(ApiTest, FrozenParametersAreBitIdenticalAfterTraining) {
   Model model = Model::load(source("models/cnn.onnx"));
   std::map<std::string, Tensor> start;
