@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/parameter_versions.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config_fingerprint.h"
 #include "runtime/data/targets.h"
@@ -228,6 +229,10 @@ void FitRun::save(const SamplerPosition& next) {
 // BatchNorm statistics turned into inputs (parameters_as_inputs), and each evaluation feeds
 // it replica 0's current values: no plan is rebuilt per epoch. Fed or constant, the kernels
 // compute the same (a constant only lets the CPU Conv keep its reordered weights).
+FitRun::~FitRun() {
+  if (predictor_) ParameterVersions::get().forget(predictor_.get());
+}
+
 EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& labels) {
   if (!predictor_) {
     for (const auto& p : trainer.training_graph().params) live_.push_back(p.name);
@@ -241,6 +246,22 @@ EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& la
   const NamedTensors& params = trainer.parameters();
   const NamedTensors& state = trainer.state();
   for (const auto& name : live_) values.set(name, params.has(name) ? params.at(name) : state.at(name));
+  // Note [Parameter versions] (common/parameter_versions.h): the values are the same for every
+  // batch of the evaluation, so on CPU replicas they get a version of their own for it, and
+  // the kernels derive their weights' forms (Winograd, expanded, live taps, blocked) once an
+  // evaluation instead of once a batch and replica. The Predictor is the owner.
+  struct Version {
+    const void* owner = nullptr;
+    ~Version() {
+      if (owner) ParameterVersions::get().close(owner);
+    }
+  } version;
+  if (o.mirror.session.device == "cpu") {
+    ParameterVersions::Buffers buffers;
+    for (const auto& name : values.names()) buffers.emplace_back(values.at(name).raw(), values.at(name).nbytes());
+    ParameterVersions::get().open(predictor_.get(), std::move(buffers));
+    version.owner = predictor_.get();
+  }
   return evaluate([&](const NamedTensors& feeds) { return predictor_->run(feeds, values); }, inputs, labels,
                   eval_batch, eval_target);
 }

@@ -479,6 +479,37 @@ TEST(GradNnConv, ConstantWeightsOnMapsWithinTheKernelsReach) {
   }
 }
 
+// Note [Taps that see only padding]: an inference Session's constant weights are cut to their
+// live taps once per crop and kept: the centre tap on a 1x1 map, a column of taps on 5x1 and a
+// row on 1x5 (oneDNN with the cut weights, which it reorders once), no cut on 3x3, and the
+// same crops again, each against the float64 im2col forward. Keeping a cut (or its reorder)
+// for another crop fails it.
+TEST(GradNnConv, ConstantWeightsCutOncePerCrop) {
+  auto model = std::make_shared<Model>();
+  model->opsets = {{"", 17}};
+  model->graph.inputs.push_back(
+      ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{2, ""}, {16, ""}, {-1, "h"}, {-1, "w"}}});
+  const Tensor w = random_tensor({16, 16, 3, 3}, 330);
+  model->graph.initializers.set("w", w);
+  Node conv = test::graph_node("conv", "Conv", {"x", "w"}, {"y"});
+  conv.attrs.set("pads", Ints{1, 1, 1, 1});
+  model->graph.nodes = {conv};
+  model->graph.outputs.push_back(ValueInfo{"y", DType::kFloat32, {}});
+  Session session(model);
+  uint64_t seed = 331;
+  for (const Shape& xs : {Shape{2, 16, 1, 1}, Shape{2, 16, 5, 1}, Shape{2, 16, 1, 5}, Shape{2, 16, 3, 3},
+                          Shape{2, 16, 5, 1}, Shape{2, 16, 1, 1}, Shape{2, 16, 1, 5}}) {
+    SCOPED_TRACE(shape_str(xs));
+    const Tensor x = random_tensor(xs, ++seed);
+    NamedTensors feeds;
+    feeds.set("x", x);
+    const Tensor y = session.run(feeds).at("y");
+    const Tensor want = test::run_node("Conv", "", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {f64(x), f64(w)})[0];
+    ASSERT_EQ(y.shape(), want.shape());
+    EXPECT_LT(relative_error(y, std::vector<double>(want.data<double>(), want.data<double>() + want.numel())), 1e-6);
+  }
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.

@@ -103,7 +103,19 @@ class ConvKernel : public OpKernel {
       const Tensor* wp = &w;
       Tensor live;
       if (crop.active) {
-        live = live_taps(crop, w, cut_w_);
+        // Constant weights (inference) are cut once per crop, as the oneDNN path reorders them
+        // once; a new crop gets a new buffer, so that a reorder made of the old one (keyed by
+        // its address) cannot match it.
+        if (constant_weights_ && cut_from_ == w.raw() && cut_w_.shape() == crop.w_shape && cut_lo_ == crop.lo) {
+          live = cut_w_;
+        } else {
+          Tensor old;
+          if (constant_weights_) old = std::move(cut_w_);  // held until the new one exists
+          cut_w_ = Tensor();
+          live = live_taps(crop, w, cut_w_);
+          cut_from_ = constant_weights_ && live.raw() == cut_w_.raw() ? w.raw() : nullptr;
+          cut_lo_ = crop.lo;
+        }
         wp = &live;
       }
       if (fully_connected(x.shape(), wp->shape(), out, d, crop.pb, crop.pe, grp)) {
@@ -357,6 +369,8 @@ class ConvKernel : public OpKernel {
   bool relu_ = false;
   ShapeCache<DnnlConv> cache_;
   Tensor cut_w_;  // the weights' live taps (Note [Taps that see only padding]), unless shared
+  const void* cut_from_ = nullptr;  // the constant weights cut_w_ holds the live taps of, if any,
+  std::vector<int64_t> cut_lo_;     // from these first taps
   Tensor expanded_w_;  // Wx (Note [Convolutions on maps within the kernel's reach]), unless shared
   DenseMapCache dense_;                  // Note [Convolutions on maps within the kernel's reach]
   DepthwisePlanes depthwise_;            // Note [Depthwise convolutions on phase planes]

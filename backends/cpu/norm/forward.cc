@@ -3,6 +3,7 @@
 // InstanceNormalization. Statistics accumulate in double; each op reduces to per-slice
 // y = x * a + b with precomputed a, b so the element loops stay tight.
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/norm/moments.h"
@@ -60,6 +61,7 @@ class BatchNormKernel : public OpKernel {
     }
     const T* px = x.data<T>();
     T* py = y.data<T>();
+    std::vector<T> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));
     for (int64_t ch = 0; ch < c; ++ch) {
       double mean = static_cast<double>(in_mean[ch]), var = static_cast<double>(in_var[ch]);
       if (training) {
@@ -68,13 +70,17 @@ class BatchNormKernel : public OpKernel {
         if (out_mean) out_mean[ch] = static_cast<T>(in_mean[ch] * m + mean * (1.0 - m));
         if (out_var) out_var[ch] = static_cast<T>(in_var[ch] * m + var * (1.0 - m));
       }
-      const double a = static_cast<double>(scale[ch]) / std::sqrt(var + epsilon_);
-      const double b = static_cast<double>(bias[ch]) - mean * a;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t off = (i * c + ch) * inner;
-        affine(px + off, py + off, inner, static_cast<T>(a), static_cast<T>(b));
-      }
+      const double ad = static_cast<double>(scale[ch]) / std::sqrt(var + epsilon_);
+      a[static_cast<size_t>(ch)] = static_cast<T>(ad);
+      b[static_cast<size_t>(ch)] = static_cast<T>(static_cast<double>(bias[ch]) - mean * ad);
     }
+    // Y in X's own order (Note [Normalising in memory order] in norm/moments.h): a channel at
+    // a time jumped c * inner elements from block to block.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t off = (i * c + ch) * inner;
+        affine(px + off, py + off, inner, a[static_cast<size_t>(ch)], b[static_cast<size_t>(ch)]);
+      }
   }
 
   KernelInfo info_;
