@@ -253,6 +253,29 @@ TEST(ApiTest, FitTrainsTheSharedParametersAndStepContinues) {
   EXPECT_EQ(trainer.evaluate(data.features, data.labels).samples, 64);
 }
 
+// Note [Parameter versions]: fit's validation derives its weights' forms (models/cnn.onnx's
+// conv2 takes Winograd, whose weights are transformed) once an evaluation, under a version
+// of its own. Each evaluation sees that epoch's weights: the last epoch's validation loss
+// and the final evaluation are the model's evaluate() after fit, which derives them afresh
+// (one version for every evaluation would keep the first epoch's transforms).
+TEST(ApiTest, ValidationSeesEachEpochsWeights) {
+  Model model = Model::load(source("models/cnn.onnx"));
+  TrainerOptions o;
+  o.lr = 0.05f;
+  o.replicas = 2;
+  Trainer trainer(model, o);
+  onnx_mirror::Dataset train{images(64, 7), labels(64), "train"}, val{images(48, 8), labels(48, 2), "val"};
+  onnx_mirror::FitConfig cfg;
+  cfg.batch = 16;
+  cfg.epochs = 3;
+  const onnx_mirror::FitReport r = trainer.fit(train, &val, cfg);
+  ASSERT_EQ(r.epochs.size(), 3u);
+  EXPECT_NE(r.epochs[0].val_loss, r.epochs[2].val_loss);
+  const onnx_mirror::EvalResult after = model.evaluate(val.features, val.labels, 2);
+  EXPECT_NEAR(r.epochs.back().val_loss, after.loss, 1e-6);
+  EXPECT_NEAR(r.final_eval.loss, after.loss, 1e-6);
+}
+
 // Note [One trainer per model]: fit trains the Trainer's own replicas, so a step() after fit
 // continues fit's Adam moments and step count. With one step per epoch over the whole set in
 // order, fit for 3 steps and then step() equals fit for 4 steps (a fresh optimizer state
