@@ -450,24 +450,20 @@ TEST(GradNnConv, WinogradConvolutions) {
   EXPECT_FALSE(winograd_candidate({256, 256, 3, 3}, {32, 256, 2, 2}, one, one, 1));
 }
 
-// With constant weights (an inference Session) the forward of Note [Convolutions on maps
-// within the kernel's reach] expands them once per geometry: a 2x2 map, then a 1x2 one (other
-// taps, other positions), then the 2x2 again, each against the float64 im2col forward.
-// Reusing one geometry's expansion for another fails it.
-TEST(GradNnConv, ConstantWeightsOnMapsWithinTheKernelsReach) {
+// An inference Session of one 3x3 pad-1 Conv whose weight `w` is a constant, run on inputs of
+// each shape in turn, each against the float64 im2col forward.
+void expect_constant_weight_conv_matches(const Tensor& w, const std::vector<Shape>& inputs, uint64_t seed) {
   auto model = std::make_shared<Model>();
   model->opsets = {{"", 17}};
   model->graph.inputs.push_back(
-      ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{2, ""}, {6, ""}, {-1, "h"}, {-1, "w"}}});
-  const Tensor w = random_tensor({5, 6, 3, 3}, 320);
+      ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{-1, "n"}, {w.dim(1), ""}, {-1, "h"}, {-1, "w"}}});
   model->graph.initializers.set("w", w);
   Node conv = test::graph_node("conv", "Conv", {"x", "w"}, {"y"});
   conv.attrs.set("pads", Ints{1, 1, 1, 1});
   model->graph.nodes = {conv};
   model->graph.outputs.push_back(ValueInfo{"y", DType::kFloat32, {}});
   Session session(model);
-  uint64_t seed = 321;
-  for (const Shape& xs : {Shape{2, 6, 2, 2}, Shape{2, 6, 1, 2}, Shape{2, 6, 2, 2}}) {
+  for (const Shape& xs : inputs) {
     SCOPED_TRACE(shape_str(xs));
     const Tensor x = random_tensor(xs, ++seed);
     NamedTensors feeds;
@@ -479,35 +475,23 @@ TEST(GradNnConv, ConstantWeightsOnMapsWithinTheKernelsReach) {
   }
 }
 
-// Note [Taps that see only padding]: an inference Session's constant weights are cut to their
-// live taps once per crop and kept: the centre tap on a 1x1 map, a column of taps on 5x1 and a
-// row on 1x5 (oneDNN with the cut weights, which it reorders once), no cut on 3x3, and the
-// same crops again, each against the float64 im2col forward. Keeping a cut (or its reorder)
-// for another crop fails it.
+// With constant weights the forward of Note [Convolutions on maps within the kernel's reach]
+// expands them once per geometry: a 2x2 map, then a 1x2 one (other taps, other positions),
+// then the 2x2 again. Reusing one geometry's expansion for another fails it.
+TEST(GradNnConv, ConstantWeightsOnMapsWithinTheKernelsReach) {
+  expect_constant_weight_conv_matches(random_tensor({5, 6, 3, 3}, 320),
+                                      {Shape{2, 6, 2, 2}, Shape{2, 6, 1, 2}, Shape{2, 6, 2, 2}}, 321);
+}
+
+// Note [Taps that see only padding]: constant weights are cut to their live taps once per crop
+// and kept: the centre tap on a 1x1 map, a column of taps on 5x1 and a row on 1x5 (oneDNN with
+// the cut weights, which it reorders once), no cut on 3x3, and the same crops again. Keeping
+// a cut (or its reorder) for another crop fails it.
 TEST(GradNnConv, ConstantWeightsCutOncePerCrop) {
-  auto model = std::make_shared<Model>();
-  model->opsets = {{"", 17}};
-  model->graph.inputs.push_back(
-      ValueInfo{"x", DType::kFloat32, std::vector<Dim>{{2, ""}, {16, ""}, {-1, "h"}, {-1, "w"}}});
-  const Tensor w = random_tensor({16, 16, 3, 3}, 330);
-  model->graph.initializers.set("w", w);
-  Node conv = test::graph_node("conv", "Conv", {"x", "w"}, {"y"});
-  conv.attrs.set("pads", Ints{1, 1, 1, 1});
-  model->graph.nodes = {conv};
-  model->graph.outputs.push_back(ValueInfo{"y", DType::kFloat32, {}});
-  Session session(model);
-  uint64_t seed = 331;
-  for (const Shape& xs : {Shape{2, 16, 1, 1}, Shape{2, 16, 5, 1}, Shape{2, 16, 1, 5}, Shape{2, 16, 3, 3},
-                          Shape{2, 16, 5, 1}, Shape{2, 16, 1, 1}, Shape{2, 16, 1, 5}}) {
-    SCOPED_TRACE(shape_str(xs));
-    const Tensor x = random_tensor(xs, ++seed);
-    NamedTensors feeds;
-    feeds.set("x", x);
-    const Tensor y = session.run(feeds).at("y");
-    const Tensor want = test::run_node("Conv", "", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {f64(x), f64(w)})[0];
-    ASSERT_EQ(y.shape(), want.shape());
-    EXPECT_LT(relative_error(y, std::vector<double>(want.data<double>(), want.data<double>() + want.numel())), 1e-6);
-  }
+  expect_constant_weight_conv_matches(random_tensor({16, 16, 3, 3}, 330),
+                                      {Shape{2, 16, 1, 1}, Shape{2, 16, 5, 1}, Shape{2, 16, 1, 5}, Shape{2, 16, 3, 3},
+                                       Shape{2, 16, 5, 1}, Shape{2, 16, 1, 1}, Shape{2, 16, 1, 5}},
+                                      331);
 }
 
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
