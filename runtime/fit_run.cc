@@ -229,10 +229,6 @@ void FitRun::save(const SamplerPosition& next) {
 // BatchNorm statistics turned into inputs (parameters_as_inputs), and each evaluation feeds
 // it replica 0's current values: no plan is rebuilt per epoch. Fed or constant, the kernels
 // compute the same (a constant only lets the CPU Conv keep its reordered weights).
-FitRun::~FitRun() {
-  if (predictor_) ParameterVersions::get().forget(predictor_.get());
-}
-
 EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& labels) {
   if (!predictor_) {
     for (const auto& p : trainer.training_graph().params) live_.push_back(p.name);
@@ -249,7 +245,8 @@ EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& la
   // Note [Parameter versions] (common/parameter_versions.h): the values are the same for every
   // batch of the evaluation, so on CPU replicas they get a version of their own for it, and
   // the kernels derive their weights' forms (Winograd, expanded, live taps, blocked) once an
-  // evaluation instead of once a batch and replica. The Predictor is the owner.
+  // evaluation instead of once a batch (Predictor::run would open one a batch). The
+  // Predictor is the owner, and frees what they derived when it goes.
   struct Version {
     const void* owner = nullptr;
     ~Version() {

@@ -59,10 +59,6 @@ struct FitRun {
   // fit's configuration across processes (Note [Configuration fingerprint]).
   FitRun(MirroredTrainer& trainer, std::shared_ptr<const Model> model, const Dataset& train, const Dataset* val,
          const FitOptions& options, std::ostream& log);
-  // Frees what the evaluations' kernels derived under their versions (evaluate_on).
-  ~FitRun();
-  FitRun(const FitRun&) = delete;
-  FitRun& operator=(const FitRun&) = delete;
 
   // Loads the checkpoint `--resume` names into the trainer and moves `pos` and `step` to it.
   void resume();

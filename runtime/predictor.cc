@@ -6,6 +6,7 @@
 #include <exception>
 #include <thread>
 
+#include "common/parameter_versions.h"
 #include "common/threads.h"
 #include "graph/training.h"
 #include "graph/training_passes.h"
@@ -56,9 +57,11 @@ Predictor::Predictor(std::shared_ptr<const Model> model, int replicas,
   NameSource names(narrowed.graph);
   if (narrow_to_gathered_rows(narrowed.graph, names) > 0) model_ = std::make_shared<const Model>(std::move(narrowed));
   for (int r = 0; r < replicas; ++r) sessions_.push_back(std::make_unique<Session>(model_, options));
+  host_ = options.backend == nullptr && options.device == "cpu";
 }
 
-Predictor::~Predictor() = default;
+// What the kernels derived under this Predictor's versions (run) is freed with it.
+Predictor::~Predictor() { ParameterVersions::get().forget(this); }
 
 // The outputs of a session's run, downloaded (nothing moves on the CPU).
 static NamedTensors downloaded(Session& session, NamedTensors outputs) {
@@ -101,6 +104,31 @@ class TeamSize {
 }  // namespace
 
 NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole) {
+  ParameterVersions& versions = ParameterVersions::get();
+  bool opened = false;
+  if (host_ && whole.size() > 0) {
+    ParameterVersions::Buffers buffers;
+    bool open_already = true;
+    for (const auto& name : whole.names()) {
+      const Tensor& t = whole.at(name);
+      buffers.emplace_back(t.raw(), t.nbytes());
+      open_already = open_already && versions.version(t.raw(), t.nbytes()) != 0;
+    }
+    if (!open_already) {
+      versions.open(this, std::move(buffers));
+      opened = true;
+    }
+  }
+  struct Close {
+    const void* owner;
+    ~Close() {
+      if (owner) ParameterVersions::get().close(owner);
+    }
+  } close{opened ? this : nullptr};
+  return run_sessions(feeds, whole);
+}
+
+NamedTensors Predictor::run_sessions(const NamedTensors& feeds, const NamedTensors& whole) {
   if (sessions_.size() == 1) {
     TeamSize team(sessions_[0]->options().num_threads);
     if (whole.size() == 0) return downloaded(*sessions_[0], sessions_[0]->run(feeds));

@@ -25,7 +25,10 @@ class Predictor {
   // Runs the batch; every input must have the same dimension 0 (the batch). With fewer samples
   // than replicas, the extra replicas sit idle. Returns host tensors. Not thread-safe (one
   // call at a time). `whole` goes to every replica as it is, not cut (parameters fed as
-  // inputs: parameters_as_inputs).
+  // inputs: parameters_as_inputs). On the CPU `whole` gets a parameter version for the run
+  // (Note [Parameter versions]: the replicas derive their weights' forms once between them),
+  // unless a caller has opened one over them already (with this Predictor as the owner, as
+  // fit's evaluation does for all its batches).
   NamedTensors run(const NamedTensors& feeds, const NamedTensors& whole = {});
   int replicas() const { return static_cast<int>(sessions_.size()); }
   // The model the sessions run: the one given, narrowed where a classifier reads one
@@ -33,8 +36,11 @@ class Predictor {
   const Model& model() const { return *model_; }
 
  private:
+  NamedTensors run_sessions(const NamedTensors& feeds, const NamedTensors& whole);
+
   std::shared_ptr<const Model> model_;
   std::vector<std::unique_ptr<Session>> sessions_;
+  bool host_ = true;  // the sessions run on the CPU
 };
 
 // `model` with the initializers `names` turned into graph inputs of the same dtype and shape,
