@@ -167,6 +167,7 @@ TrainingGraphSummary Trainer::export_training_graph(const Model& model, const Tr
     OMT_CHECK(model.impl_ != nullptr, kInvalidArgument, "export_training_graph got a moved-from Model; pass a loaded one");
     const omt::TrainingSpec spec = spec_of(options);
     std::lock_guard<std::mutex> lock(model.impl_->mu);
+    model.impl_->sync_store();  // Note [Windows written when read]
     const omt::TrainingGraph tg = omt::build_training_graph(*model.impl_->model, spec);
     omt::save_onnx(tg.model, path);
     TrainingGraphSummary summary;
@@ -383,6 +384,7 @@ Gradients Trainer::gradients(const Tensors& inputs, const Tensor& labels) const 
     omt::NamedTensors feeds;
     for (const auto& [name, x] : inputs) feeds.set(name, to_internal(x));
     std::lock_guard<std::mutex> lock(t.model->mu);
+    t.model->sync_store();  // Note [Windows written when read]
     omt::NamedTensors grads;
     Gradients out;
     // A one-off plan on the store's current values: nothing it computes is written back.

@@ -157,6 +157,17 @@ TEST(ApiTest, CroppedWeightsReachTheStoreWhenRead) {
           for (int64_t c = 0; c < 4; ++c) want += double(w.data<float>()[(m * 4 + c) * 9 + 4]) * xv[size_t(n * 4 + c)];
           EXPECT_NEAR(p.data<float>()[n * 8 + m], want, 1e-5) << "sample " << n << ", class " << m;
         }
+      // Trainer::gradients reads the store too: the never-read one gives the read one's.
+      const onnx_mirror::Gradients ge = te.gradients({{"x", x}}, y), gn = tn.gradients({{"x", x}}, y);
+      EXPECT_EQ(ge.loss, gn.loss) << "after step " << s;
+      ASSERT_EQ(ge.gradients.size(), gn.gradients.size());
+      for (size_t i = 0; i < ge.gradients.size(); ++i)
+        EXPECT_TRUE(same_bits(ge.gradients[i].second, gn.gradients[i].second)) << ge.gradients[i].first;
+      if (s == 2) {  // one more step each, read on one side only, before the trainers go
+        te.step(x, y);
+        tn.step(x, y);
+        (void)read_each.parameter("w");
+      }
     }
   }
   EXPECT_TRUE(same_bits(read_never.parameter("w"), read_each.parameter("w")));
