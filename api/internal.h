@@ -69,8 +69,8 @@ struct Model::Impl {
   // its own and defers writing them into the store (MirroredTrainer::defer_shared_writes):
   // those writes touch every cache line of the whole weights (ResNet-18's layer4: Trainer::step
   // at 2 replicas 31.3 -> 29.3 ms on Zen 5). Every read of the store goes through this Impl
-  // under `mu` (predict, evaluate, parameter, save, and the Trainer's gradients and
-  // export_training_graph), so each calls sync_store() first, which
+  // under `mu` (predict, evaluate, parameter, save, and the Trainer's gradients), so each
+  // calls sync_store() first, which
   // writes them if a step has run since they were last written; the Trainer's destructor
   // does too, as the store outlives it. fit writes them at its end and stops deferring, so
   // Trainer::fit defers again after it.

@@ -167,7 +167,6 @@ TrainingGraphSummary Trainer::export_training_graph(const Model& model, const Tr
     OMT_CHECK(model.impl_ != nullptr, kInvalidArgument, "export_training_graph got a moved-from Model; pass a loaded one");
     const omt::TrainingSpec spec = spec_of(options);
     std::lock_guard<std::mutex> lock(model.impl_->mu);
-    model.impl_->sync_store();  // Note [Windows written when read]
     const omt::TrainingGraph tg = omt::build_training_graph(*model.impl_->model, spec);
     omt::save_onnx(tg.model, path);
     TrainingGraphSummary summary;
