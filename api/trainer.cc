@@ -263,9 +263,10 @@ double Trainer::step(const Tensors& inputs, const Tensor& labels) {
     const auto shards = impl_->shard(feeds, prepared);
     int64_t counted = 0;
     for (const auto& s : shards) counted += s.weight();
-    const double loss = impl_->trainer().step(shards, labels.dim(0), impl_->lr, counted).loss;
-    impl_->model->store_stale = true;  // Note [Windows written when read]
-    return loss;
+    // Note [Windows written when read]: marked before the step, which may fail after its
+    // update (a spare write costs nothing wrong).
+    impl_->model->store_stale = true;
+    return impl_->trainer().step(shards, labels.dim(0), impl_->lr, counted).loss;
   });
 }
 
@@ -329,17 +330,20 @@ FitReport Trainer::fit(const Dataset& train, const Dataset* validation, const Fi
               " (by its first fit, step, resume or checkpoint), and they keep it; pass FitConfig::stop and "
               "trace_path to the first fit, and the same stop flag to every fit");
     std::ostream silent(nullptr);
-    // fit writes the windows at its end and stops deferring (also when it throws); steps
-    // after it defer again (Note [Windows written when read]).
+    // fit writes the windows at its end and stops deferring; steps after it defer again
+    // (Note [Windows written when read]). A fit that throws may not have written them (it
+    // checks its outputs before it starts deferring), so then they count as pending.
     struct DeferAgain {
       omt::MirroredTrainer& mt;
       Model::Impl& model;
+      bool finished = false;
       ~DeferAgain() {
         mt.defer_shared_writes(true);
-        model.store_stale = false;
+        model.store_stale = !finished;
       }
     } defer_again{mt, *t.model};
     omt::FitResult r = omt::fit(mt, t.model->model, tr, validation ? &val : nullptr, o, config.log ? *config.log : silent);
+    defer_again.finished = true;
 
     FitReport report;
     for (const auto& e : r.epochs) {

@@ -253,7 +253,7 @@ EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& la
       if (owner) ParameterVersions::get().close(owner);
     }
   } version;
-  if (o.mirror.session.device == "cpu") {
+  if (o.mirror.session.backend == nullptr && o.mirror.session.device == "cpu") {  // as Predictor's host_
     ParameterVersions::Buffers buffers;
     for (const auto& name : values.names()) buffers.emplace_back(values.at(name).raw(), values.at(name).nbytes());
     ParameterVersions::get().open(predictor_.get(), std::move(buffers));

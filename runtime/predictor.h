@@ -28,7 +28,10 @@ class Predictor {
   // inputs: parameters_as_inputs). On the CPU `whole` gets a parameter version for the run
   // (Note [Parameter versions]: the replicas derive their weights' forms once between them),
   // unless a caller has opened one over them already (with this Predictor as the owner, as
-  // fit's evaluation does for all its batches).
+  // fit's evaluation does for all its batches). So two Predictors must not run at once over
+  // the same `whole` buffers: the second's open() would refuse them, and what one derives
+  // under the other's version is freed with the other (the API serialises on its model's
+  // lock, fit evaluates on one thread).
   NamedTensors run(const NamedTensors& feeds, const NamedTensors& whole = {});
   int replicas() const { return static_cast<int>(sessions_.size()); }
   // The model the sessions run: the one given, narrowed where a classifier reads one

@@ -174,6 +174,32 @@ TEST(ApiTest, CroppedWeightsReachTheStoreWhenRead) {
   EXPECT_TRUE(same_bits(read_never.parameter("b"), read_each.parameter("b")));
 }
 
+// Note [Windows written when read]: a fit that fails before it trains (here on an output
+// path it cannot write) leaves the windows of earlier steps pending, to be written when the
+// store is read, as after a step.
+TEST(ApiTest, AFailedFitLeavesTheWindowsPending) {
+  const std::string path = source("tests/data/dead_taps/conv_on_1x1.onnx");
+  Model a = Model::load(path), b = Model::load(path);
+  TrainerOptions o;
+  o.lr = 0.5f;
+  Trainer ta(a, o), tb(b, o);
+  std::vector<float> xv(8 * 4);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.7f * static_cast<float>(i));
+  const Tensor x = Tensor::from_vector(xv, {8, 4, 1, 1});
+  std::vector<int64_t> yv(8);
+  for (int64_t n = 0; n < 8; ++n) yv[size_t(n)] = (n * 3) % 8;
+  const Tensor y = Tensor::from_vector(yv, {8});
+  ta.step(x, y);
+  tb.step(x, y);
+  (void)b.parameter("w");
+  onnx_mirror::FitConfig cfg;
+  cfg.batch = 8;
+  cfg.max_steps = 1;
+  cfg.output_path = "/nonexistent-omt-dir/out.onnx";
+  EXPECT_THROW(ta.fit(onnx_mirror::Dataset{x, y, "data"}, nullptr, cfg), Error);
+  EXPECT_TRUE(same_bits(a.parameter("w"), b.parameter("w")));
+}
+
 TEST(ApiTest, FrozenParametersAreBitIdenticalAfterTraining) {
   Model model = Model::load(source("models/cnn.onnx"));
   std::map<std::string, Tensor> start;

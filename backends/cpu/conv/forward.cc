@@ -110,8 +110,10 @@ class ConvKernel : public OpKernel {
           live = cut_w_;
         } else {
           Tensor old;
-          if (constant_weights_) old = std::move(cut_w_);  // held until the new one exists
-          cut_w_ = Tensor();
+          if (constant_weights_) {
+            old = std::move(cut_w_);  // held until the new one exists
+            cut_w_ = Tensor();
+          }
           live = live_taps(crop, w, cut_w_);
           cut_from_ = constant_weights_ && live.raw() == cut_w_.raw() ? w.raw() : nullptr;
           cut_lo_ = crop.lo;
