@@ -26,9 +26,11 @@ namespace omt {
 // any other code may write them); while it is open, version() names it for a buffer inside
 // them, and derived() hands every kernel that asks for the same data of the same buffer one
 // shared copy, made once a version, cut in parts that the asking threads take in turn, so two
-// replicas that arrive together each make half. Outside a step (evaluation, a user's own
-// Session, a buffer that is no parameter) version() is 0 and kernels derive their data
-// themselves as before. Closing drops nothing; a version that is not open never matches.
+// replicas that arrive together each make half. A Predictor does the same for the parameters
+// it feeds as inputs, for one run or (fit's evaluation) for all the batches of one
+// evaluation. Elsewhere (a user's own Session, a buffer that is no parameter) version() is 0
+// and kernels derive their data themselves. Closing drops nothing; a version that is not
+// open never matches.
 class ParameterVersions {
  public:
   using Buffers = std::vector<std::pair<const void*, size_t>>;  // (address, bytes)
