@@ -78,4 +78,19 @@ class ParameterVersions {
   std::map<std::pair<const void*, std::string>, std::shared_ptr<Entry>> entries_;
 };
 
+// A version of `owner`'s `buffers` open for the object's life (ParameterVersions::open, then
+// close when it goes, also on the way out of an exception).
+class OpenVersion {
+ public:
+  OpenVersion(const void* owner, ParameterVersions::Buffers buffers) : owner_(owner) {
+    ParameterVersions::get().open(owner, std::move(buffers));
+  }
+  ~OpenVersion() { ParameterVersions::get().close(owner_); }
+  OpenVersion(const OpenVersion&) = delete;
+  OpenVersion& operator=(const OpenVersion&) = delete;
+
+ private:
+  const void* owner_;
+};
+
 }  // namespace omt

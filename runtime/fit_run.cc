@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 
@@ -247,17 +248,11 @@ EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& la
   // the kernels derive their weights' forms (Winograd, expanded, live taps, blocked) once an
   // evaluation instead of once a batch (Predictor::run would open one a batch). The
   // Predictor is the owner, and frees what they derived when it goes.
-  struct Version {
-    const void* owner = nullptr;
-    ~Version() {
-      if (owner) ParameterVersions::get().close(owner);
-    }
-  } version;
+  std::optional<OpenVersion> version;
   if (o.mirror.session.backend == nullptr && o.mirror.session.device == "cpu") {  // as Predictor's host_
     ParameterVersions::Buffers buffers;
     for (const auto& name : values.names()) buffers.emplace_back(values.at(name).raw(), values.at(name).nbytes());
-    ParameterVersions::get().open(predictor_.get(), std::move(buffers));
-    version.owner = predictor_.get();
+    version.emplace(predictor_.get(), std::move(buffers));
   }
   return evaluate([&](const NamedTensors& feeds) { return predictor_->run(feeds, values); }, inputs, labels,
                   eval_batch, eval_target);

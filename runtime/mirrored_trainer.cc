@@ -5,6 +5,7 @@
 #include "runtime/mirrored_trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -334,25 +335,21 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
   // what they read through the step's forward and backward passes, unchanged until the update.
   // The step's parameter tensors are held until close(): an update that replaces a replica's
   // handles (no sliced update) must not free a registered buffer for reuse within the step.
-  const bool versioned = !strategy.on_device();
   std::vector<Tensor> held;
-  if (versioned) {
-    ParameterVersions::Buffers buffers;
-    for (const auto& rep : m.reps)
-      for (const auto& name : rep.params.names()) {
-        const Tensor& t = rep.params.at(name);
-        buffers.emplace_back(t.raw(), t.nbytes());
-        held.push_back(t);
-      }
-    ParameterVersions::get().open(this, std::move(buffers));
-  }
-  try {
+  {
+    std::optional<OpenVersion> version;
+    if (!strategy.on_device()) {
+      ParameterVersions::Buffers buffers;
+      for (const auto& rep : m.reps)
+        for (const auto& name : rep.params.names()) {
+          const Tensor& t = rep.params.at(name);
+          buffers.emplace_back(t.raw(), t.nbytes());
+          held.push_back(t);
+        }
+      version.emplace(this, std::move(buffers));
+    }
     impl_->pool->run();  // Note [Step schedule] in runtime/replica_strategy.cc
-  } catch (...) {
-    if (versioned) ParameterVersions::get().close(this);
-    throw;
   }
-  if (versioned) ParameterVersions::get().close(this);
   if (std::exception_ptr e = m.reducer->first_error()) std::rethrow_exception(e);
   impl_->advance(m.steps + 1, lr);  // Note [Kernel taps that read only padding]: the cut taps' decay
 

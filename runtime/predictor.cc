@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "common/parameter_versions.h"
@@ -104,27 +105,17 @@ class TeamSize {
 }  // namespace
 
 NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole) {
-  ParameterVersions& versions = ParameterVersions::get();
-  bool opened = false;
+  std::optional<OpenVersion> version;
   if (host_ && whole.size() > 0) {
     ParameterVersions::Buffers buffers;
     bool open_already = true;
     for (const auto& name : whole.names()) {
       const Tensor& t = whole.at(name);
       buffers.emplace_back(t.raw(), t.nbytes());
-      open_already = open_already && versions.version(t.raw(), t.nbytes()) != 0;
+      open_already = open_already && ParameterVersions::get().version(t.raw(), t.nbytes()) != 0;
     }
-    if (!open_already) {
-      versions.open(this, std::move(buffers));
-      opened = true;
-    }
+    if (!open_already) version.emplace(this, std::move(buffers));
   }
-  struct Close {
-    const void* owner;
-    ~Close() {
-      if (owner) ParameterVersions::get().close(owner);
-    }
-  } close{opened ? this : nullptr};
   return run_sessions(feeds, whole);
 }
 

@@ -45,10 +45,18 @@ Tensor images(int64_t n, uint32_t seed) {
   return Tensor::from_vector(v, {n, 1, 28, 28});
 }
 
-Tensor labels(int64_t n, int64_t offset = 0) {
+Tensor labels(int64_t n, int64_t offset = 0, int64_t classes = 10) {
   std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * 3 + offset) % 10;
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * 3 + offset) % classes;
   return Tensor::from_vector(v, {n});
+}
+
+// SGD without momentum at `lr` on `replicas` local replicas, the rest TrainerOptions' defaults.
+TrainerOptions sgd(float lr, int replicas = 1) {
+  TrainerOptions o;
+  o.lr = lr;
+  o.replicas = replicas;
+  return o;
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -93,9 +101,7 @@ TEST(ApiTest, PredictAfterFineTuneStepSeesNewWeights) {
   const Tensor before = model.predict(x, 2);
   const Tensor conv_before = model.parameter("conv1.weight");
 
-  TrainerOptions o;
-  o.lr = 0.1f;
-  o.replicas = 2;
+  const TrainerOptions o = sgd(0.1f, 2);
   Trainer trainer(model, o);
   EXPECT_TRUE(same_bits(before, model.predict(x, 2)));  // attaching changes no value
   const double loss = trainer.step(x, labels(8));
@@ -124,9 +130,7 @@ TEST(ApiTest, CroppedWeightsReachTheStoreWhenRead) {
   const std::string path = source("tests/data/dead_taps/conv_on_1x1.onnx");
   Model read_each = Model::load(path), read_never = Model::load(path);
   const Tensor w0 = read_each.parameter("w");
-  TrainerOptions o;
-  o.lr = 0.5f;
-  o.replicas = 2;
+  const TrainerOptions o = sgd(0.5f, 2);
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
   {
@@ -136,9 +140,7 @@ TEST(ApiTest, CroppedWeightsReachTheStoreWhenRead) {
       std::vector<float> xv(8 * 4);
       for (auto& v : xv) v = normal(rng);
       const Tensor x = Tensor::from_vector(xv, {8, 4, 1, 1});
-      std::vector<int64_t> yv(8);
-      for (int64_t n = 0; n < 8; ++n) yv[size_t(n)] = (n * 3 + s) % 8;
-      const Tensor y = Tensor::from_vector(yv, {8});
+      const Tensor y = labels(8, s, 8);
       te.step(x, y);
       tn.step(x, y);
       const Tensor w = read_each.parameter("w"), b = read_each.parameter("b");
@@ -180,15 +182,12 @@ TEST(ApiTest, CroppedWeightsReachTheStoreWhenRead) {
 TEST(ApiTest, AFailedFitLeavesTheWindowsPending) {
   const std::string path = source("tests/data/dead_taps/conv_on_1x1.onnx");
   Model a = Model::load(path), b = Model::load(path);
-  TrainerOptions o;
-  o.lr = 0.5f;
+  const TrainerOptions o = sgd(0.5f);
   Trainer ta(a, o), tb(b, o);
   std::vector<float> xv(8 * 4);
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.7f * static_cast<float>(i));
   const Tensor x = Tensor::from_vector(xv, {8, 4, 1, 1});
-  std::vector<int64_t> yv(8);
-  for (int64_t n = 0; n < 8; ++n) yv[size_t(n)] = (n * 3) % 8;
-  const Tensor y = Tensor::from_vector(yv, {8});
+  const Tensor y = labels(8, 0, 8);
   ta.step(x, y);
   tb.step(x, y);
   (void)b.parameter("w");
@@ -230,9 +229,7 @@ TEST(ApiTest, TwoModelsInOneProcessDoNotInterfere) {
   // batch (to float32 rounding); the same split gives the same bits.
   const Tensor b0_split = b.predict(x, 2);
 
-  TrainerOptions o;
-  o.lr = 0.1f;
-  o.replicas = 2;
+  const TrainerOptions o = sgd(0.1f, 2);
   Trainer ta(a, o);
   // Train a on one thread while b serves predictions on another.
   std::thread train([&] {
@@ -272,9 +269,7 @@ TEST(ApiTest, CheckpointResumeRestoresTheModel) {
 
 TEST(ApiTest, FitTrainsTheSharedParametersAndStepContinues) {
   Model model = Model::load(source("models/mlp.onnx"));
-  TrainerOptions o;
-  o.lr = 0.05f;
-  o.replicas = 2;
+  const TrainerOptions o = sgd(0.05f, 2);
   Trainer trainer(model, o);
   onnx_mirror::Dataset data{images(64, 5), labels(64), "random"};
   const Tensor before = model.predict(data.features);
@@ -297,9 +292,7 @@ TEST(ApiTest, FitTrainsTheSharedParametersAndStepContinues) {
 // (one version for every evaluation would keep the first epoch's transforms).
 TEST(ApiTest, ValidationSeesEachEpochsWeights) {
   Model model = Model::load(source("models/cnn.onnx"));
-  TrainerOptions o;
-  o.lr = 0.05f;
-  o.replicas = 2;
+  const TrainerOptions o = sgd(0.05f, 2);
   Trainer trainer(model, o);
   onnx_mirror::Dataset train{images(64, 7), labels(64), "train"}, val{images(48, 8), labels(48, 2), "val"};
   onnx_mirror::FitConfig cfg;
@@ -547,9 +540,7 @@ TEST(ApiTest, LanguageModelFitMatchesTorchOnAnyReplicaCount) {
 TEST(ApiTest, MultiInputStepsMatchTorch) {
   const auto ref = reference("bert");
   Model model = Model::load(source("tests/data/tokens/bert_cls.onnx"));
-  TrainerOptions o;
-  o.lr = 0.1f;
-  o.replicas = 2;
+  const TrainerOptions o = sgd(0.1f, 2);
   Trainer trainer(model, o);
   const onnx_mirror::Dataset data = onnx_mirror::load_dataset(source("tests/data/tokens/bert_data.npz"));
   const onnx_mirror::Tensors inputs = model.prepare_inputs(data);

@@ -61,7 +61,9 @@ class BatchNormKernel : public OpKernel {
     }
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    std::vector<T> a(static_cast<size_t>(c)), b(static_cast<size_t>(c));
+    coef_.resize(static_cast<size_t>(2 * c));  // a per channel, then b
+    double* a = coef_.data();
+    double* b = a + c;
     for (int64_t ch = 0; ch < c; ++ch) {
       double mean = static_cast<double>(in_mean[ch]), var = static_cast<double>(in_var[ch]);
       if (training) {
@@ -71,21 +73,22 @@ class BatchNormKernel : public OpKernel {
         if (out_var) out_var[ch] = static_cast<T>(in_var[ch] * m + var * (1.0 - m));
       }
       const double ad = static_cast<double>(scale[ch]) / std::sqrt(var + epsilon_);
-      a[static_cast<size_t>(ch)] = static_cast<T>(ad);
-      b[static_cast<size_t>(ch)] = static_cast<T>(static_cast<double>(bias[ch]) - mean * ad);
+      a[ch] = ad;
+      b[ch] = static_cast<double>(bias[ch]) - mean * ad;
     }
     // Y in X's own order (Note [Normalising in memory order] in norm/moments.h): a channel at
     // a time jumped c * inner elements from block to block.
     for (int64_t i = 0; i < n; ++i)
       for (int64_t ch = 0; ch < c; ++ch) {
         const int64_t off = (i * c + ch) * inner;
-        affine(px + off, py + off, inner, a[static_cast<size_t>(ch)], b[static_cast<size_t>(ch)]);
+        affine(px + off, py + off, inner, static_cast<T>(a[ch]), static_cast<T>(b[ch]));
       }
   }
 
   KernelInfo info_;
   double epsilon_, momentum_;
   bool training_mode_;
+  std::vector<double> coef_;  // Y = a X + b per channel: the a's, then the b's
 };
 
 class LayerNormKernel : public OpKernel {
