@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <numeric>
 
 #include "backends/cpu/avx2_clones.h"
 #include "common/parameter_versions.h"
@@ -443,6 +444,48 @@ void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double a
 
 // ---- Note [Winograd weights] -------------------------------------------------------------
 
+namespace {
+
+// Note [Winograd weights in chunks]: the chunk length is the largest that divides the layout
+// and every place where the row changes; each chunk must then be of one row, and its pairs
+// one of at most 64 lists.
+void find_chunks(WinogradWeights::Map& m, const std::vector<int32_t>& row_of, const std::vector<int32_t>& pair_of) {
+  const int64_t outs = static_cast<int64_t>(row_of.size());
+  int64_t chunk = outs, last = -1;
+  for (int64_t p = 0; p < outs; ++p) {
+    const int32_t r = row_of[static_cast<size_t>(p)];
+    if (r < 0) continue;
+    if (last >= 0 && r != row_of[static_cast<size_t>(last)]) chunk = std::gcd(chunk, p);
+    last = p;
+  }
+  if (chunk % 16 != 0 || outs % chunk != 0) return;
+  const int64_t chunks = outs / chunk;
+  std::map<std::vector<int32_t>, int64_t> ids;
+  std::vector<int32_t> rows(static_cast<size_t>(chunks), -1), list(static_cast<size_t>(chunks));
+  for (int64_t k = 0; k < chunks; ++k) {
+    const auto begin = pair_of.begin() + k * chunk;
+    for (int64_t j = 0; j < chunk; ++j) {
+      const int32_t r = row_of[static_cast<size_t>(k * chunk + j)];
+      if (r < 0) continue;
+      if (rows[static_cast<size_t>(k)] >= 0 && rows[static_cast<size_t>(k)] != r) return;
+      rows[static_cast<size_t>(k)] = r;
+    }
+    if (rows[static_cast<size_t>(k)] < 0) return;  // a chunk of padding alone
+    auto it = ids.emplace(std::vector<int32_t>(begin, begin + chunk), static_cast<int64_t>(ids.size())).first;
+    list[static_cast<size_t>(k)] = static_cast<int32_t>(it->second);
+    if (ids.size() > 64) return;
+  }
+  m.chunk = chunk;
+  m.lists = static_cast<int64_t>(ids.size());
+  m.chunk_row = std::move(rows);
+  m.chunks_of.assign(static_cast<size_t>(m.lists), {});
+  for (int64_t k = 0; k < chunks; ++k) m.chunks_of[static_cast<size_t>(list[static_cast<size_t>(k)])].push_back(k);
+  m.list_pairs.resize(static_cast<size_t>(m.lists * chunk));
+  for (const auto& [pairs, id] : ids) std::copy(pairs.begin(), pairs.end(), m.list_pairs.begin() + id * chunk);
+}
+
+}  // namespace
+
 std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::memory::desc& plain,
                                                                    const dnnl::memory::desc& to) {
   const dnnl_memory_desc_t& pd = plain.data;
@@ -528,6 +571,7 @@ std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::m
     const int64_t in_u = map->input_major ? (q % map->ic) * map->oc + q / map->ic : q;
     map->index[static_cast<size_t>(p)] = static_cast<int32_t>(row_of[static_cast<size_t>(p)] * map->pitch + in_u);
   }
+  find_chunks(*map, row_of, pair_of);
   // Check: random weights, the map against oneDNN's reorder.
   uint32_t state = 12345;
   for (int64_t i = 0; i < pairs * taps; ++i) {
@@ -538,7 +582,7 @@ std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::m
   st.wait();
   std::vector<float> mine(static_cast<size_t>(outs));
   WinogradWeights check(map);
-  check.run_part(st, g, mine.data(), 0);
+  for (int i = 0; i < check.parts(); ++i) check.run_part(st, g, mine.data(), i);
   float largest = 0, worst = 0;
   for (int64_t p = 0; p < outs; ++p) {
     largest = std::max(largest, std::abs(out[p]));
@@ -596,17 +640,59 @@ OMT_ALWAYS_INLINE void winograd_weights_impl(const WinogradWeights::Map& m, cons
   for (int64_t p = 0; p < outs; ++p) out[p] = u[index[p]];
 }
 
+// Note [Winograd weights in chunks]: list `part`'s kernels as [taps][places], then each of its
+// chunks as the sum of its row's nonzero taps times them.
+OMT_ALWAYS_INLINE void winograd_chunks_impl(const WinogradWeights::Map& m, int64_t part, const float* __restrict g,
+                                            float* __restrict kernels, float* __restrict out) {
+  const int64_t chunk = m.chunk, taps = m.taps;
+  const int32_t* pairs = m.list_pairs.data() + part * chunk;
+  for (int64_t j = 0; j < chunk; ++j) {
+    const int32_t q = pairs[j];
+    for (int64_t t = 0; t < taps; ++t) kernels[t * chunk + j] = q < 0 ? 0.0f : g[q * taps + t];
+  }
+  for (const int64_t k : m.chunks_of[static_cast<size_t>(part)]) {
+    const float* row = m.rows.data() + m.chunk_row[static_cast<size_t>(k)] * taps;
+    float* __restrict o = out + k * chunk;
+    bool first = true;
+    for (int64_t t = 0; t < taps; ++t) {
+      const float c = row[t];
+      if (c == 0.0f) continue;
+      const float* __restrict kt = kernels + t * chunk;
+      if (first) {
+        for (int64_t j = 0; j < chunk; ++j) o[j] = c * kt[j];
+      } else {
+        for (int64_t j = 0; j < chunk; ++j) o[j] += c * kt[j];
+      }
+      first = false;
+    }
+    if (first) std::fill(o, o + chunk, 0.0f);
+  }
+}
+
 #ifdef OMT_AVX2_CLONES
 OMT_AVX2_TARGET void winograd_weights_avx2(const WinogradWeights::Map& m, const float* g, float* kernels, float* u,
                                            float* out) {
   winograd_weights_impl(m, g, kernels, u, out);
 }
+OMT_AVX2_TARGET void winograd_chunks_avx2(const WinogradWeights::Map& m, int64_t part, const float* g, float* kernels,
+                                          float* out) {
+  winograd_chunks_impl(m, part, g, kernels, out);
+}
 #endif
 
 }  // namespace
 
-void WinogradWeights::run_part(dnnl::stream&, const void* weights, void* out, int) {
+void WinogradWeights::run_part(dnnl::stream&, const void* weights, void* out, int part) {
   const Map& m = *map_;
+  if (m.chunk > 0) {
+    kernels_.resize(static_cast<size_t>(m.taps * m.chunk));
+    const float* g = static_cast<const float*>(weights);
+    float* o = static_cast<float*>(out);
+#ifdef OMT_AVX2_CLONES
+    if (use_avx2_clones()) return winograd_chunks_avx2(m, part, g, kernels_.data(), o);
+#endif
+    return winograd_chunks_impl(m, part, g, kernels_.data(), o);
+  }
   const int64_t rows = static_cast<int64_t>(m.rows.size()) / m.taps;
   kernels_.resize(static_cast<size_t>(m.taps * m.pitch));
   products_.resize(static_cast<size_t>(rows * m.pitch + 1));

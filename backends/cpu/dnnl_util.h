@@ -177,6 +177,12 @@ class Bf16WeightPack : public WeightPacker {
 // computes U[row][pair] = row . kernel(pair) for all rows and pairs as 9 vectorised passes
 // and gathers the layout from U. It is used only if it reproduces oneDNN's reorder of random
 // weights (to 1e-5 of the largest value); otherwise oneDNN's reorder runs.
+// Note [Winograd weights in chunks]: oneDNN's layouts come in chunks of 2048 outputs, each of
+// one row and one of a few lists of pairs (2 for 64x64, 8 for 128x128). When the map finds
+// that shape it lays the kernels out in each list's order and writes every chunk as its row's
+// few taps times those kernels, contiguous vectors with no U and no gather (kernels_bench
+// BM_WinogradWeights, Zen 5: 128x128x3x3 398 -> 168 us, 64x64x3x3 83 -> 46 us). Each list is
+// a part, so the replicas that ask for the weights share the work. Other layouts are gathered.
 class WinogradWeights : public WeightPacker {
  public:
   // Null when `to` is no Winograd layout of the plain OIHW float32 weights `plain`, they have
@@ -186,7 +192,7 @@ class WinogradWeights : public WeightPacker {
   // The most (output, input channel) pairs it learns a map for: learning holds 10 copies of
   // the layout (24 MB and 0.1 s for 128x128; 256x256 would take 95 MB and 0.6 s).
   static constexpr int64_t kMaxPairs = 128 * 128;
-  int parts() const override { return 1; }
+  int parts() const override { return map_->chunk > 0 ? static_cast<int>(map_->lists) : 1; }
   void run_part(dnnl::stream& st, const void* w, void* out, int part) override;
 
   // Where oneDNN's reorder puts what: each output float of `to` is one of `rows` (the
@@ -197,6 +203,11 @@ class WinogradWeights : public WeightPacker {
     bool input_major = false;     // U's pairs ordered (input, output channel), as the layout walks them
     std::vector<float> rows;      // [rows][taps]
     std::vector<int32_t> index;   // each output float: its row * pitch + pair in U (padding: U's last, 0)
+    // Note [Winograd weights in chunks]; chunk 0 when the layout is not so made.
+    int64_t chunk = 0, lists = 0;             // outputs a chunk; distinct pair lists
+    std::vector<int32_t> chunk_row;           // each chunk's row
+    std::vector<std::vector<int64_t>> chunks_of;  // each list's chunks
+    std::vector<int32_t> list_pairs;          // [lists][chunk]: the pair at each place, -1 padding
   };
 
  private:

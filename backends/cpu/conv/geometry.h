@@ -56,11 +56,13 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // except for the weight gradient (Note [bf16 weight gradients by Winograd]).
 // The forward reads its weights transformed, once a step (Note [Winograd weights] in
 // dnnl_util.h: oneDNN's own reorder into that layout is a reference loop, 5.2 ms for
-// 128x128x3x3, against 0.56 ms for that transform), and on the smallest calls its kernel
-// gains less than the transform costs (ResNet-18's layer2, 128 channels on 4x4 maps, at
-// batch 32: 0.72 against 0.96 ms a call, three calls a replica, one transform of 0.56 each).
-// So the forward asks for it from kWinogradForwardPositions output positions a call (layer1
-// at batch 32: 2048; layer2 at batch 64: 1024; the CNN's conv2 at batch 128: 15,488). Weights
+// 128x128x3x3, against 0.17 ms for that transform on Zen 5, Note [Winograd weights in
+// chunks]), and on the smallest calls its kernel gains less than the transform costs. With
+// the transform at 0.56 ms (Zen 4) that held for ResNet-18's layer2 (128 channels on 4x4
+// maps) at batch 32; at 0.17 ms it no longer does: 2 replicas 26.96 -> 26.50 ms a step (4
+// interleaved pairs, Zen 5). So the forward asks for it from kWinogradForwardPositions output
+// positions a call (layer2 at batch 32: 512; layer1 at batch 32: 2048; the CNN's conv2 at
+// batch 128: 15,488). Weights
 // of more channel pairs than WinogradWeights learns (kMaxPairs: 128x128) take oneDNN's
 // reference reorder, and the forward asks for Winograd there only from
 // kWinogradForwardPositionsSlowWeights, as before that transform existed. The backward
@@ -69,7 +71,7 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // the kernel: ResNet-18's layer2 at batch 32 (512 positions), ConvGrad 1.12-1.31 -> 0.87-1.07
 // ms a call with the direct data pass (Zen 5, two replicas), level at batch 64, and slower
 // on layer1 at batch 32 (2048 positions). So it asks for it from kWinogradDataPositions.
-constexpr int64_t kWinogradForwardPositions = 1024, kWinogradForwardPositionsSlowWeights = 8192;
+constexpr int64_t kWinogradForwardPositions = 512, kWinogradForwardPositionsSlowWeights = 8192;
 constexpr int64_t kWinogradDataPositions = 1024;
 
 // Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
