@@ -25,7 +25,20 @@ namespace omt {
 // V (Z > 0, or min <= Y <= max) in the pass that sums it, saving a read of dY. This one goes
 // to the grad's place, not the mask's: the mask's inputs exist there, as they did earlier.
 // ResNets put a Relu after every BatchNormalization but the residual ones; MobileNetV2 a
-// ReLU6 (Clip, whose gradient reads its input Y, so only its backward fuses).
+// ReLU6 (Clip, whose gradient reads its input Y: Note [Clip after batch normalisation]).
+
+// Note [Clip after batch normalisation]: a BatchNormTraining whose Y only a Clip reads, and
+// that Clip's ClipGrad (the same bounds) whose dY only the normalisation's
+// BatchNormTrainingGrad reads: the forward writes Z = Clip(Y) and, as a sixth output M, the
+// mask ClipGrad would take of Y (1 where min <= Y <= max), one byte an element; the backward,
+// FusedBatchNormTrainingGrad(dZ, X, scale, saved_mean, saved_invstd, M) with activation
+// "SavedClip", masks dZ by M. Y is never written: of the five passes over a ReLU6's input
+// (the statistics, Y written, Clip reading Y and writing Z, ClipGrad reading Y) three remain,
+// and M is a quarter of Y's size. Without the ClipGrad (no gradient wanted) the forward alone
+// fuses, with no M. Clip's bounds must exist at the normalisation's place: Constant nodes that
+// make them later (the exporters put them just before the Clip) move before it. MobileNetV2
+// at 3x64x64, batch 64 (3 interleaved pairs, Zen 5): 1 replica 134.4 -> 127.0 ms a step, 2
+// replicas 74.9 -> 70.0; peak RSS 1023 -> 929 MiB.
 namespace {
 
 // Who reads each value; values in `keep` and graph outputs count as read elsewhere too.
@@ -34,6 +47,8 @@ struct Readers {
   std::map<std::string, int> count;
   std::map<std::string, int> last;
 
+  std::map<std::string, std::vector<int>> all;
+
   Readers(const Graph& g, const std::set<std::string>& k) : keep(k) {
     for (const auto& o : g.outputs) keep.insert(o.name);
     for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -41,7 +56,15 @@ struct Readers {
         if (!in.empty()) {
           ++count[in];
           last[in] = static_cast<int>(i);
+          all[in].push_back(static_cast<int>(i));
         }
+  }
+
+  // The nodes that read `value` (a node reading it twice twice), or none when it is kept.
+  std::vector<int> readers(const std::string& value) const {
+    if (keep.count(value)) return {};
+    auto it = all.find(value);
+    return it == all.end() ? std::vector<int>{} : it->second;
   }
 
   // The node that alone reads `value`, or -1.
@@ -54,6 +77,68 @@ struct Readers {
 
 bool is(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
 
+// Note [Clip after batch normalisation]: for the BatchNormTraining at `i`, its Clip and, when
+// fusable, the ClipGrad and BatchNormTrainingGrad of the rule; clip < 0 when it does not apply.
+// The Clip's bounds made by Constant nodes after the normalisation (as the exporters place
+// them, just before the Clip) go in `hoist`, to move before it.
+struct ClipAfterNorm {
+  int clip = -1, clip_grad = -1, norm_grad = -1;
+  std::vector<int> hoist;
+};
+
+ClipAfterNorm clip_after_norm(const Graph& g, const Readers& rw, const std::map<std::string, int>& producers,
+                              const std::vector<bool>& removed, const std::vector<bool>& hoisted, int i,
+                              bool with_grad) {
+  const Node& p = g.nodes[static_cast<size_t>(i)];
+  const std::string& y = p.outputs[0];
+  const std::vector<int> rs = rw.readers(y);
+  ClipAfterNorm r;
+  auto clip_of_y = [&](int k) {
+    const Node& q = g.nodes[static_cast<size_t>(k)];
+    if (!is(q, "", "Clip") || q.inputs.empty() || q.inputs[0] != y || q.inputs.size() > 3 || q.outputs.size() != 1)
+      return false;
+    std::vector<int> hoist;
+    for (size_t b = 1; b < q.inputs.size(); ++b) {  // the bounds, made before the normalisation
+      if (q.inputs[b] == y) return false;
+      auto it = producers.find(q.inputs[b]);
+      if (q.inputs[b].empty() || it == producers.end() || it->second < i || hoisted[static_cast<size_t>(it->second)])
+        continue;
+      const Node& c = g.nodes[static_cast<size_t>(it->second)];
+      if (!is(c, "", "Constant") || !c.inputs.empty()) return false;
+      hoist.push_back(it->second);
+    }
+    r.hoist = std::move(hoist);
+    return true;
+  };
+  for (int k : rs)
+    if (!removed[static_cast<size_t>(k)] && clip_of_y(k)) {
+      r.clip = k;
+      break;
+    }
+  if (r.clip < 0 || (rs.size() != 1 && rs.size() != 2)) return {};
+  if (rs.size() == 1) return r;
+  if (!with_grad) return {};
+  const int c = rs[0] == r.clip ? rs[1] : rs[0];
+  const Node& q = g.nodes[static_cast<size_t>(r.clip)];
+  const Node& cg = g.nodes[static_cast<size_t>(c)];
+  std::vector<std::string> bounds(q.inputs.begin() + 1, q.inputs.end()), grad_bounds;
+  if (cg.inputs.size() >= 2) grad_bounds.assign(cg.inputs.begin() + 2, cg.inputs.end());
+  while (!bounds.empty() && bounds.back().empty()) bounds.pop_back();
+  while (!grad_bounds.empty() && grad_bounds.back().empty()) grad_bounds.pop_back();
+  if (removed[static_cast<size_t>(c)] || !is(cg, kOmtDomain, "ClipGrad") || cg.inputs.size() < 2 || cg.inputs[1] != y ||
+      cg.inputs[0] == y || bounds != grad_bounds || cg.outputs.size() != 1)
+    return {};
+  const int b = rw.sole_reader(cg.outputs[0]);
+  if (b < 0 || removed[static_cast<size_t>(b)]) return {};
+  const Node& ng = g.nodes[static_cast<size_t>(b)];
+  if (!is(ng, kOmtDomain, "BatchNormTrainingGrad") || ng.inputs.size() < 2 || ng.inputs.size() > 5 ||
+      ng.inputs[0] != cg.outputs[0] || ng.inputs[1] != p.inputs[0])
+    return {};
+  r.clip_grad = c;
+  r.norm_grad = b;
+  return r;
+}
+
 }  // namespace
 
 FusionCounts fuse_graph(Graph& g, const std::set<std::string>& keep, const OpSupported& supported) {
@@ -65,10 +150,47 @@ FusionCounts fuse_graph(Graph& g, const std::set<std::string>& keep, const OpSup
   const bool bn_grad = supported(kOmtDomain, "FusedBatchNormTrainingGrad");
   if (!conv_relu && !pool_relu && !bn_relu && !bn_grad) return counts;
   const Readers rw(g, keep);
-  std::vector<bool> removed(g.nodes.size(), false);
+  const std::map<std::string, int> producers = g.producers();
+  std::vector<bool> removed(g.nodes.size(), false), hoisted(g.nodes.size(), false);
+  std::map<size_t, std::vector<int>> hoist_before;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& p = g.nodes[i];
     if (removed[i] || p.outputs.empty() || p.outputs[0].empty()) continue;
+    if (bn_relu && is(p, kOmtDomain, "BatchNormTraining") && p.inputs.size() == 5 && p.outputs.size() <= 5) {
+      const ClipAfterNorm f = clip_after_norm(g, rw, producers, removed, hoisted, static_cast<int>(i), bn_grad);
+      if (f.clip >= 0) {  // Note [Clip after batch normalisation]
+        for (int c : f.hoist) {
+          hoisted[static_cast<size_t>(c)] = true;
+          hoist_before[i].push_back(c);
+        }
+        Node& q = g.nodes[static_cast<size_t>(f.clip)];
+        p.op_type = "FusedBatchNormTraining";
+        p.attrs.set("activation", std::string("Clip"));
+        p.name += "+Clip";
+        for (size_t b = 1; b < q.inputs.size(); ++b) p.inputs.push_back(q.inputs[b]);
+        const std::string y = p.outputs[0];
+        p.outputs[0] = q.outputs[0];
+        removed[static_cast<size_t>(f.clip)] = true;
+        ++counts.batchnorm_clip;
+        if (f.clip_grad >= 0) {
+          const std::string mask = y + "/clip_mask";
+          p.outputs.resize(5);
+          p.outputs.push_back(mask);
+          Node& b = g.nodes[static_cast<size_t>(f.norm_grad)];
+          std::vector<std::string> in = b.inputs;
+          in[0] = g.nodes[static_cast<size_t>(f.clip_grad)].inputs[0];  // dZ
+          in.resize(5);  // absent saved statistics stay absent
+          in.push_back(mask);
+          b.op_type = "FusedBatchNormTrainingGrad";
+          b.attrs.set("activation", std::string("SavedClip"));
+          b.name += "+ClipGrad";
+          b.inputs = std::move(in);
+          removed[static_cast<size_t>(f.clip_grad)] = true;
+          ++counts.batchnorm_grad_mask;
+        }
+        continue;
+      }
+    }
     const int qi = rw.sole_reader(p.outputs[0]);
     if (qi < 0 || removed[static_cast<size_t>(qi)]) continue;
     Node& q = g.nodes[static_cast<size_t>(qi)];
@@ -119,8 +241,12 @@ FusionCounts fuse_graph(Graph& g, const std::set<std::string>& keep, const OpSup
   }
   std::vector<Node> kept;
   kept.reserve(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!removed[i]) kept.push_back(std::move(g.nodes[i]));
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    auto h = hoist_before.find(i);
+    if (h != hoist_before.end())
+      for (int c : h->second) kept.push_back(std::move(g.nodes[static_cast<size_t>(c)]));
+    if (!removed[i] && !hoisted[i]) kept.push_back(std::move(g.nodes[i]));
+  }
   g.nodes = std::move(kept);
   return counts;
 }

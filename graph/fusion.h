@@ -3,6 +3,9 @@
 //   Conv -> Relu                   =>  com.onnx-mirror:FusedConv (activation "Relu")
 //   MaxPoolGrad(dP, Y) -> ReluGrad(., Y)  =>  com.onnx-mirror:MaxPoolReluGrad(dP, Y)
 //   BatchNormTraining -> Relu      =>  com.onnx-mirror:FusedBatchNormTraining (activation "Relu")
+//   BatchNormTraining -> Clip, with ClipGrad -> BatchNormTrainingGrad
+//                                  =>  FusedBatchNormTraining (activation "Clip", saving the
+//                                      mask) and FusedBatchNormTrainingGrad ("SavedClip")
 //   ReluGrad(dZ, Z) or ClipGrad(dZ, Y, min, max) -> BatchNormTrainingGrad(., X, ...)
 //                                  =>  com.onnx-mirror:FusedBatchNormTrainingGrad
 // In models/cnn.onnx the first two are the 11 MB activations after conv1: each fusion saves a
@@ -23,8 +26,9 @@ struct FusionCounts {
   int conv_relu = 0;
   int maxpool_relu_grad = 0;
   int batchnorm_relu = 0;       // forward: BatchNormTraining -> Relu
+  int batchnorm_clip = 0;       // forward: BatchNormTraining -> Clip
   int batchnorm_grad_mask = 0;  // backward: ReluGrad or ClipGrad -> BatchNormTrainingGrad
-  int total() const { return conv_relu + maxpool_relu_grad + batchnorm_relu + batchnorm_grad_mask; }
+  int total() const { return conv_relu + maxpool_relu_grad + batchnorm_relu + batchnorm_clip + batchnorm_grad_mask; }
 };
 
 // Whether the backend that will run the graph has a kernel for (domain, op_type).

@@ -551,6 +551,95 @@ TEST(FusedBatchNormTrainingGrad, EqualsMaskThenBatchNormGrad) {
     }
 }
 
+// Note [Clip after batch normalisation] (graph/fusion.cc): BatchNormTraining -> Clip (ReLU6,
+// its bounds made by Constant nodes between the two, as the exporters place them), and with
+// `grad` also ClipGrad -> BatchNormTrainingGrad. Channel 0 has scale 0 and bias 0, so its Y is
+// exactly the lower bound (ClipGrad keeps it); channel 1 scale 0 and bias 6, the upper bound;
+// X holds a NaN in the last channel (its statistics and so its Y are NaN: Z stays NaN, the
+// gradient is masked). The fused graph's outputs are bit for
+// bit the unfused graph's, and it has two nodes (or one without `grad`) plus the Constants.
+void expect_batchnorm_clip_fuses(const Shape& xs, DType dtype, bool grad, bool saved) {
+  SCOPED_TRACE(::testing::Message() << "X " << shape_str(xs) << ", " << dtype_name(dtype) << ", grad " << grad
+                                    << ", saved " << saved);
+  Graph g = input_graph({{"x", dtype}, {"scale", dtype}, {"b", dtype}, {"rm", dtype}, {"rv", dtype},
+                         {"dz", dtype}}, "z");
+  for (const char* o : {"rm_new", "rv_new"}) g.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
+  AttributeMap a;
+  a.set("epsilon", 1e-5f);
+  a.set("momentum", 0.9f);
+  g.nodes.push_back(make_node(kOmtDomain, "BatchNormTraining", {"x", "scale", "b", "rm", "rv"},
+                              {"y", "rm_new", "rv_new", "mean", "inv"}, a));
+  auto constant = [&](const std::string& name, double value) {
+    AttributeMap c;
+    c.set("value", in_dtype(Tensor::scalar<float>(static_cast<float>(value)), dtype));
+    g.nodes.push_back(make_node("", "Constant", {}, {name}, c));
+  };
+  constant("lo", 0.0);
+  constant("hi", 6.0);
+  g.nodes.push_back(make_node("", "Clip", {"y", "lo", "hi"}, {"z"}));
+  if (grad) {
+    for (const char* o : {"dx", "dscale", "db"}) g.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
+    g.nodes.push_back(make_node(kOmtDomain, "ClipGrad", {"dz", "y", "lo", "hi"}, {"dy"}));
+    AttributeMap e;
+    e.set("epsilon", 1e-5f);
+    std::vector<std::string> in = {"dy", "x", "scale"};
+    if (saved) in.insert(in.end(), {"mean", "inv"});
+    g.nodes.push_back(make_node(kOmtDomain, "BatchNormTrainingGrad", in, {"dx", "dscale", "db"}, e));
+  }
+  const int64_t c = xs[1];
+  Tensor x = random_tensor(xs, 31);
+  x.data<float>()[x.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+  Tensor scale = random_tensor({c}, 32), b = random_tensor({c}, 33);
+  for (int64_t i = 2; i < c; ++i) scale.data<float>()[i] = 8.0f, b.data<float>()[i] = 3.0f;  // Y past both bounds
+  scale.data<float>()[0] = 0.0f, b.data<float>()[0] = 0.0f;
+  scale.data<float>()[1] = 0.0f, b.data<float>()[1] = 6.0f;
+  Tensor rv = random_tensor({c}, 35);
+  for (int64_t i = 0; i < c; ++i) rv.data<float>()[i] = 1.0f + std::abs(rv.data<float>()[i]);
+  NamedTensors feeds;
+  feeds.set("x", in_dtype(x, dtype));
+  feeds.set("scale", in_dtype(scale, dtype));
+  feeds.set("b", in_dtype(b, dtype));
+  feeds.set("rm", in_dtype(random_tensor({c}, 34), dtype));
+  feeds.set("rv", in_dtype(rv, dtype));
+  feeds.set("dz", in_dtype(random_tensor(xs, 36), dtype));
+
+  Graph fused = g;
+  const FusionCounts n = fuse_graph(fused, {}, cpu_supports());
+  EXPECT_EQ(n.batchnorm_clip, 1);
+  EXPECT_EQ(n.batchnorm_grad_mask, grad ? 1 : 0);
+  ASSERT_EQ(fused.nodes.size(), grad ? 4u : 3u);
+  EXPECT_EQ(fused.nodes[0].op_type, "Constant");  // moved before the normalisation that reads them
+  EXPECT_EQ(fused.nodes[1].op_type, "Constant");
+  EXPECT_EQ(fused.nodes[2].op_type, "FusedBatchNormTraining");
+  EXPECT_EQ(fused.nodes[2].outputs.size(), grad ? 6u : 5u) << "the mask is saved only for the gradient";
+  if (grad) {
+    EXPECT_EQ(fused.nodes[3].op_type, "FusedBatchNormTrainingGrad");
+    EXPECT_EQ(fused.nodes[3].attrs.get_string("activation", ""), "SavedClip");
+  }
+  const NamedTensors want = run_all(g, feeds), got = run_all(fused, feeds);
+  for (const auto& o : g.outputs) EXPECT_TRUE(tensors_identical(got.at(o.name), want.at(o.name))) << o.name;
+  const Tensor& z = want.at("z");
+  int64_t lows = 0, highs = 0, nans = 0;
+  for (int64_t i = 0; i < z.numel(); ++i) {
+    lows += z.value_as_double(i) == 0.0;
+    highs += z.value_as_double(i) == 6.0;
+    nans += std::isnan(z.value_as_double(i));
+  }
+  const int64_t per_channel = z.numel() / c;
+  EXPECT_GT(lows, per_channel) << "values clipped at 0 beside channel 0's";
+  EXPECT_GT(highs, per_channel) << "values clipped at 6 beside channel 1's";
+  EXPECT_GT(nans, 0) << "NaN passes through, as the Clip kernel passes it";
+}
+
+TEST(FusedBatchNormTraining, ClipEqualsBatchNormThenClipWithItsGradient) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64})
+    for (const Shape& xs : {Shape{4, 4, 5, 6}, Shape{8, 5, 2, 2}, Shape{6, 4}}) {  // 4 channels at least
+      expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/true);
+      expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/false);
+      expect_batchnorm_clip_fuses(xs, dt, /*grad=*/false, /*saved=*/false);
+    }
+}
+
 // ---- what the pass may fuse ----------------------------------------------------------------
 
 TEST(FuseGraph, LeavesValuesThatOthersNeed) {
@@ -595,6 +684,31 @@ TEST(FuseGraph, LeavesValuesThatOthersNeed) {
   EXPECT_EQ(fuse_graph(b, {}, cpu_supports()).total(), 0);
   b = bn("Sigmoid");  // not an activation the kernel has
   EXPECT_EQ(fuse_graph(b, {}, cpu_supports()).total(), 0);
+
+  // Note [Clip after batch normalisation]: a Clip whose bound a non-Constant node makes after
+  // the normalisation, or whose ClipGrad has other bounds, keeps the normalisation unfused (the
+  // gradient's own fusion, reading Y, still happens in the second).
+  auto bn_clip = [](bool bound_after, const std::string& grad_hi) {
+    Graph b = input_graph({{"x", DType::kFloat32}, {"s", DType::kFloat32}, {"b", DType::kFloat32},
+                           {"rm", DType::kFloat32}, {"rv", DType::kFloat32}, {"dz", DType::kFloat32},
+                           {"lo", DType::kFloat32}, {"six", DType::kFloat32}, {"seven", DType::kFloat32}},
+                          "dx");
+    b.nodes.push_back(make_node(kOmtDomain, "BatchNormTraining", {"x", "s", "b", "rm", "rv"}, {"y", "m1", "v1", "sm", "si"}));
+    if (bound_after) b.nodes.push_back(make_node("", "Neg", {"lo"}, {"neg_lo"}));
+    const std::string lo = bound_after ? "neg_lo" : "lo";
+    b.nodes.push_back(make_node("", "Clip", {"y", lo, "six"}, {"z"}));
+    b.nodes.push_back(make_node(kOmtDomain, "ClipGrad", {"dz", "y", lo, grad_hi}, {"dy"}));
+    b.nodes.push_back(make_node(kOmtDomain, "BatchNormTrainingGrad", {"dy", "x", "s", "sm", "si"}, {"dx", "ds", "db"}));
+    return b;
+  };
+  FusionCounts n = fuse_graph(b = bn_clip(false, "six"), {}, cpu_supports());
+  EXPECT_EQ(n.batchnorm_clip, 1);  // the case that fuses, for contrast
+  n = fuse_graph(b = bn_clip(true, "six"), {}, cpu_supports());
+  EXPECT_EQ(n.batchnorm_clip, 0);
+  EXPECT_EQ(n.batchnorm_grad_mask, 1);
+  n = fuse_graph(b = bn_clip(false, "seven"), {}, cpu_supports());
+  EXPECT_EQ(n.batchnorm_clip, 0);
+  EXPECT_EQ(n.batchnorm_grad_mask, 1);
 
   // A masked gradient that another node reads too, or that the normalisation's gradient reads
   // as something else than its dY.

@@ -36,12 +36,83 @@ ChannelView channel_view(const KernelInfo& info, const KernelContext& ctx, const
   return v;
 }
 
+// The activation a FusedBatchNormTraining applies to Y (Note [Fused batch normalisation],
+// Note [Clip after batch normalisation] in graph/fusion.cc).
+enum class Act { kNone, kRelu, kClip, kClipAndMask };
+
+template <class T>
+struct ClipBounds {
+  T lo = T(0), hi = T(0), grad_lo = T(0), grad_hi = T(0);
+  uint8_t* keep = nullptr;  // kClipAndMask: ClipGrad's mask of Y
+};
+
+// Element i of Y = a x + b, activated: Relu by the Relu kernel's expression and Clip by the
+// Clip kernel's (elementwise/unary.cc: NaN stays NaN), and with kClipAndMask ClipGrad's mask
+// of Y (elementwise/grad.cc) in keep[i].
+template <Act A, class T>
+OMT_ALWAYS_INLINE T activate(T t, const ClipBounds<T>& k, uint8_t* keep, int64_t i) {
+  if constexpr (A == Act::kRelu) return t < T(0) ? T(0) : t;
+  if constexpr (A == Act::kClipAndMask) keep[i] = (t >= k.grad_lo) & (t <= k.grad_hi);
+  if constexpr (A == Act::kClip || A == Act::kClipAndMask) {
+    const T u = t < k.lo ? k.lo : t;
+    return u > k.hi ? k.hi : u;
+  }
+  return t;
+}
+
+// Y = a x + b over x [n, c, inner], activated, with per-channel a = coef[ch] and b = coef[c +
+// ch], or (columns: Note [Normalising small maps] in norm/moments.h) per-column a = coef[j]
+// and b = coef[c * inner + j].
+template <Act A, class T>
+OMT_ALWAYS_INLINE void normalise_impl(const T* px, T* y, int64_t n, int64_t c, int64_t inner, bool columns,
+                                      const double* coef, const ClipBounds<T>& k) {
+  if (!columns) {
+    for (int64_t bi = 0; bi < n; ++bi)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t off = (bi * c + ch) * inner;
+        const T a = static_cast<T>(coef[ch]), b = static_cast<T>(coef[c + ch]);
+        uint8_t* keep = k.keep ? k.keep + off : nullptr;
+        for (int64_t i = 0; i < inner; ++i) y[off + i] = activate<A>(px[off + i] * a + b, k, keep, i);
+      }
+    return;
+  }
+  const int64_t w = c * inner;
+  const double *ca = coef, *cb = coef + w;
+  for (int64_t bi = 0; bi < n; ++bi) {
+    const T* r = px + bi * w;
+    T* yr = y + bi * w;
+    uint8_t* keep = k.keep ? k.keep + bi * w : nullptr;
+    for (int64_t j = 0; j < w; ++j) yr[j] = activate<A>(r[j] * static_cast<T>(ca[j]) + static_cast<T>(cb[j]), k, keep, j);
+  }
+}
+
+#ifdef OMT_AVX2_CLONES
+// Note [AVX2 clones] (backends/cpu/avx2_clones.h): a x + b is one FMA here.
+template <Act A>
+OMT_AVX2_TARGET void normalise_avx2(const float* px, float* y, int64_t n, int64_t c, int64_t inner, bool columns,
+                                    const double* coef, const ClipBounds<float>& k) {
+  normalise_impl<A>(px, y, n, c, inner, columns, coef, k);
+}
+#endif
+
+template <Act A, class T>
+void normalise(const T* px, T* y, int64_t n, int64_t c, int64_t inner, bool columns, const double* coef,
+               const ClipBounds<T>& k) {
+#ifdef OMT_AVX2_CLONES
+  if constexpr (std::is_same_v<T, float>)
+    if (use_avx2_clones()) return normalise_avx2<A>(px, y, n, c, inner, columns, coef, k);
+#endif
+  normalise_impl<A>(px, y, n, c, inner, columns, coef, k);
+}
+
 // BatchNormTraining(X, scale, B, running_mean, running_var) -> Y, running_mean_new,
 // running_var_new, saved_mean, saved_invstd. Y uses the biased batch variance; the running
 // variance is updated with the unbiased one (as PyTorch does), with ONNX's momentum:
 // running = running * momentum + batch * (1 - momentum). FusedBatchNormTraining with
 // activation "Relu" writes Relu(Y) instead (Note [Fused batch normalisation] in
-// graph/fusion.cc).
+// graph/fusion.cc); with activation "Clip" (inputs 5 and 6: Clip's optional min and max) it
+// writes Clip(Y), and as output 5 ClipGrad's mask of Y, one byte an element (Note [Clip after
+// batch normalisation]).
 class BatchNormTrainingKernel : public OpKernel {
  public:
   explicit BatchNormTrainingKernel(const KernelInfo& info)
@@ -49,9 +120,9 @@ class BatchNormTrainingKernel : public OpKernel {
         epsilon_(info.attr().get_float("epsilon", 1e-5f)),
         momentum_(info.attr().get_float("momentum", 0.9f)) {
     const std::string activation = info.attr().get_string("activation", "");
-    OMT_CHECK(activation.empty() || activation == "Relu", kUnsupported, info.where(),
-              ": FusedBatchNormTraining supports activation 'Relu' only, got '", activation, "'");
-    relu_ = activation == "Relu";
+    OMT_CHECK(activation.empty() || activation == "Relu" || activation == "Clip", kUnsupported, info.where(),
+              ": FusedBatchNormTraining supports activation 'Relu' or 'Clip', got '", activation, "'");
+    act_ = activation == "Relu" ? Act::kRelu : activation == "Clip" ? Act::kClip : Act::kNone;
   }
 
   void compute(KernelContext& ctx) override {
@@ -61,6 +132,13 @@ class BatchNormTrainingKernel : public OpKernel {
     OMT_CHECK(v.n * v.inner > 1, kInvalidArgument, info_.where(),
               ": batch normalisation in training needs more than one value per channel, got X ",
               x.describe(), ". Use a larger batch.");
+    if (act_ == Act::kClip)
+      for (int i : {5, 6}) {
+        const Tensor* t = optional_input(ctx, i);
+        OMT_CHECK(!t || (t->numel() == 1 && t->dtype() == x.dtype()), kModel, info_.where(), ": Clip's ",
+                  i == 5 ? "min" : "max", " must be a scalar of X's dtype ", dtype_name(x.dtype()), ", got ",
+                  t ? t->describe() : std::string());
+      }
     OMT_DISPATCH_FLOAT(x.dtype(), unsupported_dtype(info_, x.dtype()), run<T>(ctx, x, v));
   }
 
@@ -109,38 +187,28 @@ class BatchNormTrainingKernel : public OpKernel {
         coef_[static_cast<size_t>(v.c + ch)] = static_cast<double>(b);
       }
     }
-    if (relu_)
-      normalise<T, true>(px, y, v, columns);
+    const double* coef = coef_.data();
+    if (act_ == Act::kRelu) return normalise<Act::kRelu, T>(px, y, v.n, v.c, v.inner, columns, coef, {});
+    if (act_ == Act::kNone) return normalise<Act::kNone, T>(px, y, v.n, v.c, v.inner, columns, coef, {});
+    // Clip's bounds as the Clip kernel reads them (elementwise/unary.cc: absent ones the type's
+    // range) and as ClipGrad does (absent ones infinite, so NaN is masked).
+    const Tensor* lo = optional_input(ctx, 5);
+    const Tensor* hi = optional_input(ctx, 6);
+    ClipBounds<T> k;
+    k.lo = lo ? lo->data<T>()[0] : std::numeric_limits<T>::lowest();
+    k.hi = hi ? hi->data<T>()[0] : std::numeric_limits<T>::max();
+    k.grad_lo = lo ? k.lo : -std::numeric_limits<T>::infinity();
+    k.grad_hi = hi ? k.hi : std::numeric_limits<T>::infinity();
+    if (output_wanted(info_, ctx, 5)) k.keep = ctx.output(5, DType::kUInt8, x.shape()).template data<uint8_t>();
+    if (k.keep)
+      normalise<Act::kClipAndMask, T>(px, y, v.n, v.c, v.inner, columns, coef, k);
     else
-      normalise<T, false>(px, y, v, columns);
-  }
-
-  // Y = a x + b with coef_'s per-channel (or, for small maps, per-column) a and b; with RELU,
-  // Relu(Y) by the Relu kernel's expression (elementwise/unary.cc: NaN stays NaN).
-  template <class T, bool RELU>
-  void normalise(const T* px, T* y, const ChannelView& v, bool columns) const {
-    auto act = [](T t) { return RELU ? (t < T(0) ? T(0) : t) : t; };
-    if (!columns) {
-      for (int64_t bi = 0; bi < v.n; ++bi)
-        for (int64_t ch = 0; ch < v.c; ++ch) {
-          const int64_t off = (bi * v.c + ch) * v.inner;
-          const T a = static_cast<T>(coef_[static_cast<size_t>(ch)]), b = static_cast<T>(coef_[static_cast<size_t>(v.c + ch)]);
-          for (int64_t i = 0; i < v.inner; ++i) y[off + i] = act(px[off + i] * a + b);
-        }
-      return;
-    }
-    const int64_t w = v.c * v.inner;
-    const double *ca = coef_.data(), *cb = coef_.data() + w;
-    for (int64_t bi = 0; bi < v.n; ++bi) {
-      const T* r = px + bi * w;
-      T* yr = y + bi * w;
-      for (int64_t j = 0; j < w; ++j) yr[j] = act(r[j] * static_cast<T>(ca[j]) + static_cast<T>(cb[j]));
-    }
+      normalise<Act::kClip, T>(px, y, v.n, v.c, v.inner, columns, coef, k);
   }
 
   KernelInfo info_;
   double epsilon_, momentum_;
-  bool relu_ = false;
+  Act act_ = Act::kNone;
   std::vector<double> means_, vars_, coef_, work_;  // Note [Normalising small maps]: statistics, per-column a and b
 };
 
@@ -148,15 +216,21 @@ class BatchNormTrainingKernel : public OpKernel {
 // normalisation with batch statistics; without the saved statistics they are recomputed.
 // FusedBatchNormTrainingGrad(dZ, X, scale, saved_mean?, saved_invstd?, V, min?, max?) with
 // activation "Relu" or "Clip" takes dY = ReluGrad(dZ, V) or ClipGrad(dZ, V, min, max) (Note
-// [Fused batch normalisation] in graph/fusion.cc).
+// [Fused batch normalisation] in graph/fusion.cc); with activation "SavedClip", input 5 is
+// the mask FusedBatchNormTraining saved (uint8) and dY = dZ where it is 1 (Note [Clip after
+// batch normalisation]).
 class BatchNormTrainingGradKernel : public OpKernel {
  public:
   explicit BatchNormTrainingGradKernel(const KernelInfo& info)
       : info_(info), epsilon_(info.attr().get_float("epsilon", 1e-5f)) {
     const std::string activation = info.attr().get_string("activation", "");
-    OMT_CHECK(activation.empty() || activation == "Relu" || activation == "Clip", kUnsupported, info.where(),
-              ": FusedBatchNormTrainingGrad supports activation 'Relu' or 'Clip', got '", activation, "'");
-    mask_ = activation == "Relu" ? GradMaskKind::kRelu : activation == "Clip" ? GradMaskKind::kClip : GradMaskKind::kNone;
+    OMT_CHECK(activation.empty() || activation == "Relu" || activation == "Clip" || activation == "SavedClip",
+              kUnsupported, info.where(),
+              ": FusedBatchNormTrainingGrad supports activation 'Relu', 'Clip' or 'SavedClip', got '", activation, "'");
+    mask_ = activation == "Relu"        ? GradMaskKind::kRelu
+            : activation == "Clip"      ? GradMaskKind::kClip
+            : activation == "SavedClip" ? GradMaskKind::kSaved
+                                        : GradMaskKind::kNone;
   }
 
   void compute(KernelContext& ctx) override {
@@ -166,7 +240,11 @@ class BatchNormTrainingGradKernel : public OpKernel {
     OMT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), kModel, info_.where(), ": dY ",
               dy.describe(), " must match X ", x.describe());
     const ChannelView v = channel_view(info_, ctx, x, {2, 3, 4});
-    if (mask_ != GradMaskKind::kNone) {
+    if (mask_ == GradMaskKind::kSaved) {
+      const Tensor& keep = ctx.in(5);
+      OMT_CHECK(keep.shape() == dy.shape() && keep.dtype() == DType::kUInt8, kModel, info_.where(),
+                ": the saved mask ", keep.describe(), " must be uint8 shaped like dZ ", dy.describe());
+    } else if (mask_ != GradMaskKind::kNone) {
       const Tensor& value = ctx.in(5);
       OMT_CHECK(value.shape() == dy.shape() && value.dtype() == dy.dtype(), kModel, info_.where(),
                 ": the activation's value ", value.describe(), " must match dZ ", dy.describe());
@@ -188,14 +266,18 @@ class BatchNormTrainingGradKernel : public OpKernel {
     GradMask<T> m;
     m.kind = mask_;
     if (mask_ == GradMaskKind::kNone) return m;
+    if (!dx) scratch.resize(static_cast<size_t>(numel));
+    m.masked = dx ? dx : scratch.data();
+    if (mask_ == GradMaskKind::kSaved) {
+      m.keep = ctx.in(5).data<uint8_t>();
+      return m;
+    }
     m.v = ctx.in(5).data<T>();
     // ClipGrad's bounds: absent ones are open; the values convert to T exactly (same dtype).
     const Tensor* lo = optional_input(ctx, 6);
     const Tensor* hi = optional_input(ctx, 7);
     m.lo = lo ? static_cast<T>(lo->value_as_double(0)) : -std::numeric_limits<T>::infinity();
     m.hi = hi ? static_cast<T>(hi->value_as_double(0)) : std::numeric_limits<T>::infinity();
-    if (!dx) scratch.resize(static_cast<size_t>(numel));
-    m.masked = dx ? dx : scratch.data();
     return m;
   }
 
@@ -311,17 +393,13 @@ class BatchNormTrainingGradKernel : public OpKernel {
   template <GradMaskKind K, class T>
   static void column_grad_sums(const T* dy, const T* px, int64_t n, size_t w, const double* col_mean, double* sum_dy,
                                double* sum_dy_xmu, const GradMask<T>& mask) {
-    const T lo = mask.lo, hi = mask.hi;
     for (int64_t b = 0; b < n; ++b) {
       const int64_t off = b * static_cast<int64_t>(w);
       const T* g = dy + off;
       const T* r = px + off;
       if constexpr (K != GradMaskKind::kNone) {  // the masked row first, as all_channel_grad_sums_impl
-        const T* val = mask.v + off;
-        T* out = mask.masked + off;
-#pragma omp simd
-        for (size_t j = 0; j < w; ++j) out[j] = masked_grad<K>(g[j], val[j], lo, hi);
-        g = out;
+        mask_block<K>(g, mask, off, static_cast<int64_t>(w), mask.masked + off);
+        g = mask.masked + off;
       }
 #pragma omp simd
       for (size_t j = 0; j < w; ++j) {

@@ -84,13 +84,15 @@ OMT_ALWAYS_INLINE void all_channel_moments_impl(const T* x, int64_t n, int64_t c
 // Note [Fused batch normalisation] (graph/fusion.cc): the gradient that reaches a normalisation
 // can be an activation's, dZ, masked by the activation's forward value V as ReluGrad (V > 0)
 // or ClipGrad (lo <= V <= hi) would mask it, in the pass that sums it. `masked` (the caller's
-// dX buffer) receives the masked gradient for the pass that makes dX.
-enum class GradMaskKind { kNone, kRelu, kClip };
+// dX buffer) receives the masked gradient for the pass that makes dX. kSaved: the mask itself,
+// one byte an element, that the forward saved (Note [Clip after batch normalisation]).
+enum class GradMaskKind { kNone, kRelu, kClip, kSaved };
 
 template <class T>
 struct GradMask {
   GradMaskKind kind = GradMaskKind::kNone;
-  const T* v = nullptr;  // V, shaped like dZ
+  const T* v = nullptr;           // V, shaped like dZ
+  const uint8_t* keep = nullptr;  // kSaved: 1 where dZ passes, shaped like dZ
   T lo = T(0), hi = T(0);
   T* masked = nullptr;  // out: dZ masked, shaped like dZ
 };
@@ -103,13 +105,31 @@ OMT_ALWAYS_INLINE T masked_grad(T g, T v, T lo, T hi) {
   else return g;
 }
 
+// Elements [0, n) of dZ's block at `off` masked into out.
+template <GradMaskKind K, class T>
+OMT_ALWAYS_INLINE void mask_block(const T* g, const GradMask<T>& m, int64_t off, int64_t n, T* out) {
+  if constexpr (K == GradMaskKind::kSaved) {
+    const uint8_t* keep = m.keep + off;
+    // g[i] read whatever keep[i] is: a load only when it is 1 kept the loop scalar at SSE2.
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const T gi = g[i];
+      out[i] = keep[i] ? gi : T(0);
+    }
+  } else {
+    const T* v = m.v + off;
+    const T lo = m.lo, hi = m.hi;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = masked_grad<K>(g[i], v[i], lo, hi);
+  }
+}
+
 template <GradMaskKind K, class T>
 OMT_ALWAYS_INLINE void all_channel_grad_sums_impl(const T* dy, const T* x, int64_t n, int64_t c, int64_t inner,
                                                   const double* mean, double* sum_dy, double* sum_dy_xmu,
                                                   const GradMask<T>& mask) {
   std::fill(sum_dy, sum_dy + c, 0.0);
   std::fill(sum_dy_xmu, sum_dy_xmu + c, 0.0);
-  const T lo = mask.lo, hi = mask.hi;
   for (int64_t b = 0; b < n; ++b)
     for (int64_t ch = 0; ch < c; ++ch) {
       const int64_t off = (b * c + ch) * inner;
@@ -118,11 +138,8 @@ OMT_ALWAYS_INLINE void all_channel_grad_sums_impl(const T* dy, const T* x, int64
       if constexpr (K != GradMaskKind::kNone) {
         // The masked block first, then its sums from L1: one loop doing both ran 4x slower
         // (the mask's select beside the double reductions kept it from vectorising well).
-        const T* v = mask.v + off;
-        T* out = mask.masked + off;
-#pragma omp simd
-        for (int64_t i = 0; i < inner; ++i) out[i] = masked_grad<K>(g[i], v[i], lo, hi);
-        g = out;
+        mask_block<K>(g, mask, off, inner, mask.masked + off);
+        g = mask.masked + off;
       }
       const double m = mean[ch];
       double s = 0.0, sx = 0.0;
@@ -145,6 +162,7 @@ OMT_ALWAYS_INLINE void with_mask_kind(GradMaskKind kind, F&& f) {
     case GradMaskKind::kNone: return f(std::integral_constant<GradMaskKind, GradMaskKind::kNone>());
     case GradMaskKind::kRelu: return f(std::integral_constant<GradMaskKind, GradMaskKind::kRelu>());
     case GradMaskKind::kClip: return f(std::integral_constant<GradMaskKind, GradMaskKind::kClip>());
+    case GradMaskKind::kSaved: return f(std::integral_constant<GradMaskKind, GradMaskKind::kSaved>());
   }
 }
 
