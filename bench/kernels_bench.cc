@@ -13,6 +13,7 @@
 //
 //   ./build-bench/bench/kernels_bench [--benchmark_filter=Gemm] [--benchmark_min_time=0.2]
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
@@ -146,6 +147,34 @@ void BM_PeakFma(benchmark::State& st) {
   st.SetLabel(avx512 ? "avx512, per core" : "avx2, per core");
 }
 BENCHMARK(BM_PeakFma)->Threads(1)->Threads(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The bfloat16 peak: the same 12 independent chains of VDPBF16PS (AVX512-BF16: each float32
+// lane adds the products of two bfloat16 pairs, 4 FLOP a lane), what oneDNN's bf16 kernels
+// run on. Against BM_PeakFma it says how much faster bf16 can make a float32 product at most.
+[[gnu::target("avx512f,avx512bf16")]] double bf16_dot_flops(int64_t iters) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);  // 1, 6e-8
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  for (int i = 0; i < 12; ++i) benchmark::DoNotOptimize(acc[i]);
+  return 12.0 * 4 * 16 * static_cast<double>(iters);
+}
+
+void BM_PeakBf16Dot(benchmark::State& st) {
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    st.SkipWithError("the CPU has no AVX512-BF16");
+    return;
+  }
+  double flops = 0;
+  for (auto _ : st) flops += bf16_dot_flops(1 << 20);
+  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsRate |
+                                                                benchmark::Counter::kAvgThreads);
+  st.SetLabel("vdpbf16ps, per core");
+}
+BENCHMARK(BM_PeakBf16Dot)->Threads(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_PeakMemcpy(benchmark::State& st) {
   const size_t bytes = static_cast<size_t>(st.range(0));
@@ -374,6 +403,21 @@ void BM_Layer4ConvGrad(benchmark::State& st) {
   set_bytes(st, 2 * 4.0 * 512 * 512 * 9);  // W read whole, dW written whole
 }
 BENCHMARK(BM_Layer4ConvGrad)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// ResNet-18's layer3 at 3x32x32 (256 -> 256, 3x3 pad 1 on 2x2 maps: Note [Convolutions on maps
+// within the kernel's reach] in conv/geometry.h), its gradient: arg 1 says which of dX (1), dW
+// (2) or both (3).
+void BM_Layer3ConvGrad(benchmark::State& st) {
+  const int64_t batch = st.range(0), want = st.range(1);
+  OneNode node("com.onnx-mirror", "ConvGrad", layer4_attrs(),
+               {random_tensor({batch, 256, 2, 2}, 1), random_tensor({batch, 256, 2, 2}, 2),
+                random_tensor({256, 256, 3, 3}, 3)},
+               {(want & 1) != 0, (want & 2) != 0, false});
+  node.run();
+  for (auto _ : st) node.run();
+  set_flops(st, 2.0 * batch * 256 * 256 * 16 * ((want & 1) + (want >> 1)));  // 16 (output, input) pairs
+}
+BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Note [Winograd weights] (backends/cpu/dnnl_util.h): the float32 Winograd forward's weights
 // for ResNet-18's layer1 (64x64x3x3, batch 32) and layer2 (128x128x3x3, batch 64), by oneDNN's
