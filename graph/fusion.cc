@@ -44,23 +44,16 @@ namespace {
 // Who reads each value; values in `keep` and graph outputs count as read elsewhere too.
 struct Readers {
   std::set<std::string> keep;
-  std::map<std::string, int> count;
-  std::map<std::string, int> last;
-
-  std::map<std::string, std::vector<int>> all;
+  std::map<std::string, std::vector<int>> all;  // a node that reads a value twice is listed twice
 
   Readers(const Graph& g, const std::set<std::string>& k) : keep(k) {
     for (const auto& o : g.outputs) keep.insert(o.name);
     for (size_t i = 0; i < g.nodes.size(); ++i)
       for (const auto& in : g.nodes[i].inputs)
-        if (!in.empty()) {
-          ++count[in];
-          last[in] = static_cast<int>(i);
-          all[in].push_back(static_cast<int>(i));
-        }
+        if (!in.empty()) all[in].push_back(static_cast<int>(i));
   }
 
-  // The nodes that read `value` (a node reading it twice twice), or none when it is kept.
+  // The nodes that read `value`, or none when it is kept.
   std::vector<int> readers(const std::string& value) const {
     if (keep.count(value)) return {};
     auto it = all.find(value);
@@ -69,9 +62,8 @@ struct Readers {
 
   // The node that alone reads `value`, or -1.
   int sole_reader(const std::string& value) const {
-    if (keep.count(value)) return -1;
-    auto it = count.find(value);
-    return it == count.end() || it->second != 1 ? -1 : last.at(value);
+    const std::vector<int> r = readers(value);
+    return r.size() == 1 ? r[0] : -1;
   }
 };
 

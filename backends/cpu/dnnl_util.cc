@@ -572,6 +572,7 @@ std::shared_ptr<const WinogradWeights::Map> WinogradWeights::learn(const dnnl::m
     map->index[static_cast<size_t>(p)] = static_cast<int32_t>(row_of[static_cast<size_t>(p)] * map->pitch + in_u);
   }
   find_chunks(*map, row_of, pair_of);
+  if (map->chunk > 0) std::vector<int32_t>().swap(map->index);  // the chunks read no index
   // Check: random weights, the map against oneDNN's reorder.
   uint32_t state = 12345;
   for (int64_t i = 0; i < pairs * taps; ++i) {

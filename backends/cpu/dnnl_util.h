@@ -202,7 +202,7 @@ class WinogradWeights : public WeightPacker {
     int64_t pitch = 0;            // floats from one row of U (or of the kernels) to the next
     bool input_major = false;     // U's pairs ordered (input, output channel), as the layout walks them
     std::vector<float> rows;      // [rows][taps]
-    std::vector<int32_t> index;   // each output float: its row * pitch + pair in U (padding: U's last, 0)
+    std::vector<int32_t> index;   // each output float: its row * pitch + pair in U (padding: U's last, 0); empty with chunks
     // Note [Winograd weights in chunks]; chunk 0 when the layout is not so made.
     int64_t chunk = 0, lists = 0;             // outputs a chunk; distinct pair lists
     std::vector<int32_t> chunk_row;           // each chunk's row
