@@ -450,6 +450,81 @@ TEST(GradNnConv, WinogradConvolutions) {
   EXPECT_FALSE(winograd_candidate({256, 256, 3, 3}, {32, 256, 2, 2}, one, one, 1));
 }
 
+// Note [Strided convolutions on small maps] (conv/geometry.h): ConvGrad's dX and dW (and dB)
+// of strided convolutions with at most kSmallMapPositions output positions a sample, by the
+// stacked-positions GEMMs, against float64 sums over every (output, tap) pair: ResNet-18's
+// layer3.0.conv1 (3x3 stride 2, 4x4 -> 2x2) and 1x1 stride-2 downsamples (to 2x2 and 1x1),
+// uneven strides, pads and dilations, a 1-D and a 3-D case; and which geometries take it.
+struct StridedCase {
+  Shape xs, ws;
+  Ints strides, pads, dilations;  // pads: begin values, then end values
+};
+
+void expect_strided_conv_grad_matches_float64(const StridedCase& k, uint64_t seed) {
+  const size_t nsp = k.xs.size() - 2;
+  SCOPED_TRACE(::testing::Message() << "X " << shape_str(k.xs) << ", W " << shape_str(k.ws));
+  // Spatial dims padded to 3 (leading 1s), as the reference loops below walk them.
+  int64_t in[3] = {1, 1, 1}, kk[3] = {1, 1, 1}, out[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dl[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  Shape ys = {k.xs[0], k.ws[0]};
+  for (size_t j = 0; j < nsp; ++j) {
+    const size_t q = 3 - nsp + j;
+    in[q] = k.xs[j + 2], kk[q] = k.ws[j + 2], st[q] = k.strides[j], dl[q] = k.dilations[j], pb[q] = k.pads[j];
+    out[q] = (in[q] + k.pads[j] + k.pads[j + nsp] - (kk[q] - 1) * dl[q] - 1) / st[q] + 1;
+    ys.push_back(out[q]);
+  }
+  ASSERT_TRUE(cpu::strided_small_map(ys, k.strides, 1)) << "not the note's case: " << shape_str(ys);
+  const Tensor x = random_tensor(k.xs, seed), w = random_tensor(k.ws, seed + 1), dy = random_tensor(ys, seed + 2);
+  const auto grads = test::run_node(
+      "ConvGrad", "com.onnx-mirror",
+      attrs_of({{"strides", k.strides}, {"pads", k.pads}, {"dilations", k.dilations}, {"kernel_shape",
+                Ints(k.ws.begin() + 2, k.ws.end())}}),
+      {dy, x, w}, 3);
+  const int64_t n = k.xs[0], c = k.xs[1], m = k.ws[0];
+  const int64_t isz = in[0] * in[1] * in[2], osz = out[0] * out[1] * out[2], ksz = kk[0] * kk[1] * kk[2];
+  std::vector<double> dx(static_cast<size_t>(x.numel())), dw(static_cast<size_t>(w.numel())), db(static_cast<size_t>(m));
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t op = 0; op < osz; ++op) {
+        const double g = pdy[(b * m + o) * osz + op];
+        db[static_cast<size_t>(o)] += g;
+        const int64_t o0 = op / (out[1] * out[2]), o1 = op / out[2] % out[1], o2 = op % out[2];
+        for (int64_t i = 0; i < c; ++i)
+          for (int64_t t = 0; t < ksz; ++t) {
+            const int64_t k0 = t / (kk[1] * kk[2]), k1 = t / kk[2] % kk[1], k2 = t % kk[2];
+            const int64_t i0 = o0 * st[0] - pb[0] + k0 * dl[0], i1 = o1 * st[1] - pb[1] + k1 * dl[1],
+                          i2 = o2 * st[2] - pb[2] + k2 * dl[2];
+            if (i0 < 0 || i0 >= in[0] || i1 < 0 || i1 >= in[1] || i2 < 0 || i2 >= in[2]) continue;
+            const int64_t xi = (b * c + i) * isz + (i0 * in[1] + i1) * in[2] + i2, wi = (o * c + i) * ksz + t;
+            dx[static_cast<size_t>(xi)] += g * pw[wi];
+            dw[static_cast<size_t>(wi)] += g * px[xi];
+          }
+      }
+  EXPECT_LT(relative_error(grads[0], dx), 1e-5);
+  EXPECT_LT(relative_error(grads[1], dw), 1e-5);
+  EXPECT_LT(relative_error(grads[2], db), 1e-5);
+}
+
+TEST(GradNnConv, StridedConvolutionsOnSmallMaps) {
+  const StridedCase cases[] = {
+      {{3, 24, 4, 4}, {32, 24, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},   // layer3.0.conv1, 2x2 out
+      {{3, 16, 4, 4}, {32, 16, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}},   // downsample to 2x2
+      {{5, 16, 2, 2}, {24, 16, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}},   // downsample to 1x1
+      {{2, 5, 5, 7}, {6, 5, 2, 3}, {3, 4}, {1, 0, 0, 2}, {1, 2}},      // 2x2 out, uneven
+      {{2, 4, 9}, {3, 4, 3}, {3}, {1, 1}, {1}},                          // 1-D, 3 positions
+      {{2, 3, 4, 3, 3}, {4, 3, 2, 3, 1}, {3, 2, 2}, {0, 1, 0, 0, 1, 0}, {1, 1, 1}},  // 3-D
+  };
+  uint64_t seed = 400;
+  for (const StridedCase& k : cases) expect_strided_conv_grad_matches_float64(k, seed += 3);
+  // Which geometries take it: a stride, at most kSmallMapPositions positions, one group.
+  using cpu::strided_small_map;
+  EXPECT_TRUE(strided_small_map({32, 256, 2, 2}, {2, 2}, 1));
+  EXPECT_TRUE(strided_small_map({32, 512, 1, 1}, {2, 2}, 1));
+  EXPECT_FALSE(strided_small_map({32, 256, 2, 2}, {1, 1}, 1));   // no stride: Winograd or the dense path
+  EXPECT_FALSE(strided_small_map({32, 128, 4, 4}, {2, 2}, 1));   // 16 positions: oneDNN was faster
+  EXPECT_FALSE(strided_small_map({32, 256, 2, 2}, {2, 2}, 256));  // depthwise
+}
+
 // An inference Session of one 3x3 pad-1 Conv whose weight `w` is a constant, run on inputs of
 // each shape in turn, each against the float64 im2col forward.
 void expect_constant_weight_conv_matches(const Tensor& w, const std::vector<Shape>& inputs, uint64_t seed) {

@@ -100,6 +100,63 @@ void reduce_expanded_grad(const DenseMap& dm, int64_t m, const float* g, float* 
   reduce_expanded_grad_impl(dm, m, g, dw, acc);
 }
 
+// Note [Strided convolutions on small maps] (conv/geometry.h): the table of which X position
+// each (output position, tap) reads, made once per shape, and the copies it drives.
+struct SmallMapTaps {
+  std::vector<int64_t> key;
+  int64_t in_size = 0, out_size = 0, taps = 0;
+  std::vector<int32_t> at;  // at[p * taps + t]: the input position output p's tap t reads, or -1
+};
+
+SmallMapTaps small_map_taps(const Geometry& g) {
+  SmallMapTaps m;
+  m.in_size = g.in_size();
+  m.out_size = g.out_size();
+  m.taps = g.k_size();
+  m.at.assign(static_cast<size_t>(m.out_size * m.taps), -1);
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+        for (int64_t k0 = 0; k0 < g.k[0]; ++k0)
+          for (int64_t k1 = 0; k1 < g.k[1]; ++k1)
+            for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+              const int64_t i0 = o0 * g.s[0] - g.pb[0] + k0 * g.d[0], i1 = o1 * g.s[1] - g.pb[1] + k1 * g.d[1],
+                            i2 = o2 * g.s[2] - g.pb[2] + k2 * g.d[2];
+              if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || i2 < 0 || i2 >= g.in[2]) continue;
+              const int64_t p = (o0 * g.out[1] + o1) * g.out[2] + o2, t = (k0 * g.k[1] + k1) * g.k[2] + k2;
+              m.at[static_cast<size_t>(p * m.taps + t)] = static_cast<int32_t>((i0 * g.in[1] + i1) * g.in[2] + i2);
+            }
+  return m;
+}
+
+// X' [N*P, C*K] from X [N, C, Pi].
+void small_map_columns(const SmallMapTaps& m, int64_t n, int64_t c, const float* x, float* cols) {
+  const int64_t p = m.out_size, k = m.taps, row = c * k;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < p; ++o) {
+      const int32_t* at = m.at.data() + o * k;
+      float* dst = cols + (b * p + o) * row;
+      const float* xb = x + b * c * m.in_size;
+      for (int64_t ci = 0; ci < c; ++ci, dst += k, xb += m.in_size)
+        for (int64_t t = 0; t < k; ++t) dst[t] = at[t] < 0 ? 0.0f : xb[at[t]];
+    }
+}
+
+// dX [N, C, Pi] = the columns [N*P, C*K] added back where small_map_columns read them.
+void small_map_scatter(const SmallMapTaps& m, int64_t n, int64_t c, const float* cols, float* dx) {
+  const int64_t p = m.out_size, k = m.taps, row = c * k;
+  std::memset(dx, 0, static_cast<size_t>(n * c * m.in_size) * sizeof(float));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < p; ++o) {
+      const int32_t* at = m.at.data() + o * k;
+      const float* src = cols + (b * p + o) * row;
+      float* xb = dx + b * c * m.in_size;
+      for (int64_t ci = 0; ci < c; ++ci, src += k, xb += m.in_size)
+        for (int64_t t = 0; t < k; ++t)
+          if (at[t] >= 0) xb[at[t]] += src[t];
+    }
+}
+
 // Note [Depthwise weight gradients]: oneDNN 2.6's jit_dw backward-weights kernel turns some
 // depthwise shapes down (MobileNetV2's 960-channel 3x3 pad-1 layers on 2x2 maps, which now
 // have their own kernel: Note [Depthwise convolutions on phase planes] in conv/depthwise.cc;
@@ -200,6 +257,10 @@ class ConvGradKernel : public OpKernel {
     // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h): dX = dY Wx,
     // G = dY^T X, dW from G.
     const DenseMap& dm = dense_.get(x.shape(), w.shape(), out, s, d, pb, attrs_.group);
+    if (!dm.active && small_map_grad(dy, x, *wp, out, s, d, crop.pb, dx, dwp)) {
+      if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
+      return;
+    }
     if (dm.active) {
       const int64_t n = x.dim(0), rows = m * dm.out_size, cols = x.dim(1) * dm.in_size;
       dnnl_set_num_threads(info_.num_threads);
@@ -285,6 +346,43 @@ class ConvGradKernel : public OpKernel {
     for (int64_t i = 0; i < m; ++i) {
       std::copy(acc_.begin() + i * (k + 1), acc_.begin() + i * (k + 1) + k, pw + i * k);
       if (db) db->data<float>()[i] = acc_[static_cast<size_t>(i * (k + 1) + k)];
+    }
+    return true;
+  }
+
+  // Note [Strided convolutions on small maps]: dX and dW by two GEMMs over the batch's stacked
+  // positions, or false where the note's case does not hold.
+  bool small_map_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const Shape& out,
+                      const std::vector<int64_t>& s, const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
+                      Tensor* dx, Tensor* dw) {
+    if (info_.precision != MathPrecision::kFloat32 || (!dx && !dw)) return false;
+    const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0);
+    const Shape xs(x.shape().begin() + 2, x.shape().end()), ys(out.begin() + 2, out.end());
+    if (!strided_small_map(out, s, attrs_.group)) return false;
+    const int64_t p = shape_numel(ys);
+    std::vector<int64_t> key;
+    append_key(key, x.shape());
+    append_key(key, w.shape());
+    if (small_taps_.key != key) {
+      small_taps_ = small_map_taps(make_geometry(xs, ys, Shape(w.shape().begin() + 2, w.shape().end()), s, d, pb));
+      small_taps_.key = std::move(key);
+    }
+    const int64_t np = n * p, row = c * small_taps_.taps;
+    // dY' [N*P, M]: each sample's [M, P] transposed.
+    small_dy_.resize(static_cast<size_t>(np * m));
+    const float* pdy = dy.data<float>();
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t mi = 0; mi < m; ++mi)
+        for (int64_t o = 0; o < p; ++o) small_dy_[static_cast<size_t>((b * p + o) * m + mi)] = pdy[(b * m + mi) * p + o];
+    small_cols_.resize(static_cast<size_t>(np * row));
+    dnnl_set_num_threads(info_.num_threads);
+    if (dw) {
+      small_map_columns(small_taps_, n, c, x.data<float>(), small_cols_.data());
+      gemm(true, false, m, row, np, 1.0f, small_dy_.data(), m, small_cols_.data(), row, 0.0f, dw->data<float>(), row);
+    }
+    if (dx) {
+      gemm(false, false, np, row, m, 1.0f, small_dy_.data(), m, w.data<float>(), row, 0.0f, small_cols_.data(), row);
+      small_map_scatter(small_taps_, n, c, small_cols_.data(), dx->data<float>());
     }
     return true;
   }
@@ -465,6 +563,8 @@ class ConvGradKernel : public OpKernel {
   Tensor expanded_w_;             // Wx, unless shared
   std::vector<float> expanded_dw_;  // G = dY^T X', which dW sums
   std::vector<float> positions_outer_x_, tap_rows_;  // X' and dW[m] as [K, C] (reduce_expanded_grad)
+  SmallMapTaps small_taps_;                     // Note [Strided convolutions on small maps]: the last shape's table,
+  std::vector<float> small_dy_, small_cols_;    // dY' and the columns
 };
 
 }  // namespace
