@@ -93,6 +93,15 @@ TEST(Bf16Precision, ConvGradRoundsDyXAndW) {
   expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 2);
 }
 
+// Note [Strided convolutions on small maps] (backends/cpu/conv/geometry.h): the stacked-positions
+// GEMMs of a strided convolution with 2x2 outputs (ResNet-18's layer3.0.conv1) round too.
+TEST(Bf16Precision, ConvGradOfStridedSmallMaps) {
+  const Tensor dy = random_tensor({4, 32, 2, 2}, 12), x = random_tensor({4, 16, 4, 4}, 13),
+               w = random_tensor({32, 16, 3, 3}, 14);
+  const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}});
+  expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 2);
+}
+
 // Note [bf16 weight gradients by Winograd] (backends/cpu/conv/geometry.h): a 3x3 stride-1
 // convolution with channels in sixteens takes dW from oneDNN's float32 Winograd kernel on X
 // and dY rounded to bfloat16, and dX from the bfloat16 direct one. The float32 reference runs

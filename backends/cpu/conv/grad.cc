@@ -355,7 +355,7 @@ class ConvGradKernel : public OpKernel {
   bool small_map_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const Shape& out,
                       const std::vector<int64_t>& s, const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
                       Tensor* dx, Tensor* dw) {
-    if (info_.precision != MathPrecision::kFloat32 || (!dx && !dw)) return false;
+    if (!dx && !dw) return false;
     const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0);
     const Shape xs(x.shape().begin() + 2, x.shape().end()), ys(out.begin() + 2, out.end());
     if (!strided_small_map(out, s, attrs_.group)) return false;
@@ -378,10 +378,12 @@ class ConvGradKernel : public OpKernel {
     dnnl_set_num_threads(info_.num_threads);
     if (dw) {
       small_map_columns(small_taps_, n, c, x.data<float>(), small_cols_.data());
-      gemm(true, false, m, row, np, 1.0f, small_dy_.data(), m, small_cols_.data(), row, 0.0f, dw->data<float>(), row);
+      gemm(true, false, m, row, np, 1.0f, small_dy_.data(), m, small_cols_.data(), row, 0.0f, dw->data<float>(), row,
+           info_.precision);
     }
     if (dx) {
-      gemm(false, false, np, row, m, 1.0f, small_dy_.data(), m, w.data<float>(), row, 0.0f, small_cols_.data(), row);
+      gemm(false, false, np, row, m, 1.0f, small_dy_.data(), m, w.data<float>(), row, 0.0f, small_cols_.data(), row,
+           info_.precision);
       small_map_scatter(small_taps_, n, c, small_cols_.data(), dx->data<float>());
     }
     return true;
