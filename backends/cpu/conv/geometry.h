@@ -367,6 +367,8 @@ inline Tensor live_taps(const TapCrop& crop, const Tensor& w, Tensor& own) {
 // ms a step, 1 replica 49.20 -> 47.22. At 16 positions (layer2.0's 4x4 outputs, 64 input
 // channels) oneDNN was the faster (0.96 against 1.01 ms), so the bound is 4.
 constexpr int64_t kSmallMapPositions = 4;
+// The columns' largest size (64 MiB: layer3.0.conv1's at batch 3640), past which oneDNN runs.
+constexpr int64_t kSmallMapColumnFloats = int64_t{1} << 24;
 
 inline bool strided_small_map(const Shape& out, const std::vector<int64_t>& s, int64_t group) {
   int64_t p = 1;

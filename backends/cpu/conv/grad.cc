@@ -368,6 +368,7 @@ class ConvGradKernel : public OpKernel {
       small_taps_.key = std::move(key);
     }
     const int64_t np = n * p, row = c * small_taps_.taps;
+    if (np * row > kSmallMapColumnFloats) return false;  // oneDNN's kernels need no such copy
     // dY' [N*P, M]: each sample's [M, P] transposed.
     small_dy_.resize(static_cast<size_t>(np * m));
     const float* pdy = dy.data<float>();
