@@ -558,9 +558,10 @@ TEST(FusedBatchNormTrainingGrad, EqualsMaskThenBatchNormGrad) {
 // X holds a NaN in the last channel (its statistics and so its Y are NaN: Z stays NaN, the
 // gradient is masked). The fused graph's outputs are bit for
 // bit the unfused graph's, and it has two nodes (or one without `grad`) plus the Constants.
-void expect_batchnorm_clip_fuses(const Shape& xs, DType dtype, bool grad, bool saved) {
+void expect_batchnorm_clip_fuses(const Shape& xs, DType dtype, bool grad, bool saved, bool has_lo = true,
+                                 bool has_hi = true) {
   SCOPED_TRACE(::testing::Message() << "X " << shape_str(xs) << ", " << dtype_name(dtype) << ", grad " << grad
-                                    << ", saved " << saved);
+                                    << ", saved " << saved << ", min " << has_lo << ", max " << has_hi);
   Graph g = input_graph({{"x", dtype}, {"scale", dtype}, {"b", dtype}, {"rm", dtype}, {"rv", dtype},
                          {"dz", dtype}}, "z");
   for (const char* o : {"rm_new", "rv_new"}) g.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
@@ -574,12 +575,17 @@ void expect_batchnorm_clip_fuses(const Shape& xs, DType dtype, bool grad, bool s
     c.set("value", in_dtype(Tensor::scalar<float>(static_cast<float>(value)), dtype));
     g.nodes.push_back(make_node("", "Constant", {}, {name}, c));
   };
-  constant("lo", 0.0);
-  constant("hi", 6.0);
-  g.nodes.push_back(make_node("", "Clip", {"y", "lo", "hi"}, {"z"}));
+  if (has_lo) constant("lo", 0.0);
+  if (has_hi) constant("hi", 6.0);
+  std::vector<std::string> bounds = {has_lo ? "lo" : "", has_hi ? "hi" : ""};
+  while (!bounds.empty() && bounds.back().empty()) bounds.pop_back();
+  std::vector<std::string> clip_in = {"y"}, grad_in = {"dz", "y"};
+  clip_in.insert(clip_in.end(), bounds.begin(), bounds.end());
+  grad_in.insert(grad_in.end(), bounds.begin(), bounds.end());
+  g.nodes.push_back(make_node("", "Clip", clip_in, {"z"}));
   if (grad) {
     for (const char* o : {"dx", "dscale", "db"}) g.outputs.push_back(ValueInfo{o, DType::kUndefined, {}});
-    g.nodes.push_back(make_node(kOmtDomain, "ClipGrad", {"dz", "y", "lo", "hi"}, {"dy"}));
+    g.nodes.push_back(make_node(kOmtDomain, "ClipGrad", grad_in, {"dy"}));
     AttributeMap e;
     e.set("epsilon", 1e-5f);
     std::vector<std::string> in = {"dy", "x", "scale"};
@@ -607,14 +613,16 @@ void expect_batchnorm_clip_fuses(const Shape& xs, DType dtype, bool grad, bool s
   const FusionCounts n = fuse_graph(fused, {}, cpu_supports());
   EXPECT_EQ(n.batchnorm_clip, 1);
   EXPECT_EQ(n.batchnorm_grad_mask, grad ? 1 : 0);
-  ASSERT_EQ(fused.nodes.size(), grad ? 4u : 3u);
-  EXPECT_EQ(fused.nodes[0].op_type, "Constant");  // moved before the normalisation that reads them
-  EXPECT_EQ(fused.nodes[1].op_type, "Constant");
-  EXPECT_EQ(fused.nodes[2].op_type, "FusedBatchNormTraining");
-  EXPECT_EQ(fused.nodes[2].outputs.size(), grad ? 6u : 5u) << "the mask is saved only for the gradient";
+  const size_t constants = static_cast<size_t>(has_lo) + static_cast<size_t>(has_hi);
+  ASSERT_EQ(fused.nodes.size(), constants + (grad ? 2u : 1u));
+  for (size_t i = 0; i < constants; ++i)
+    EXPECT_EQ(fused.nodes[i].op_type, "Constant");  // moved before the normalisation that reads them
+  const Node& norm = fused.nodes[constants];
+  EXPECT_EQ(norm.op_type, "FusedBatchNormTraining");
+  EXPECT_EQ(norm.outputs.size(), grad ? 6u : 5u) << "the mask is saved only for the gradient";
   if (grad) {
-    EXPECT_EQ(fused.nodes[3].op_type, "FusedBatchNormTrainingGrad");
-    EXPECT_EQ(fused.nodes[3].attrs.get_string("activation", ""), "SavedClip");
+    EXPECT_EQ(fused.nodes[constants + 1].op_type, "FusedBatchNormTrainingGrad");
+    EXPECT_EQ(fused.nodes[constants + 1].attrs.get_string("activation", ""), "SavedClip");
   }
   const NamedTensors want = run_all(g, feeds), got = run_all(fused, feeds);
   for (const auto& o : g.outputs) EXPECT_TRUE(tensors_identical(got.at(o.name), want.at(o.name))) << o.name;
@@ -626,8 +634,12 @@ void expect_batchnorm_clip_fuses(const Shape& xs, DType dtype, bool grad, bool s
     nans += std::isnan(z.value_as_double(i));
   }
   const int64_t per_channel = z.numel() / c;
-  EXPECT_GT(lows, per_channel) << "values clipped at 0 beside channel 0's";
-  EXPECT_GT(highs, per_channel) << "values clipped at 6 beside channel 1's";
+  if (has_lo) {
+    EXPECT_GT(lows, per_channel) << "values clipped at 0 beside channel 0's";
+  }
+  if (has_hi) {
+    EXPECT_GT(highs, per_channel) << "values clipped at 6 beside channel 1's";
+  }
   EXPECT_GT(nans, 0) << "NaN passes through, as the Clip kernel passes it";
 }
 
@@ -637,6 +649,10 @@ TEST(FusedBatchNormTraining, ClipEqualsBatchNormThenClipWithItsGradient) {
       expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/true);
       expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/false);
       expect_batchnorm_clip_fuses(xs, dt, /*grad=*/false, /*saved=*/false);
+      // One bound or none: the absent ones are the type's range for Clip, infinite for ClipGrad.
+      expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/true, /*has_lo=*/false, /*has_hi=*/true);
+      expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/true, /*has_lo=*/true, /*has_hi=*/false);
+      expect_batchnorm_clip_fuses(xs, dt, /*grad=*/true, /*saved=*/true, /*has_lo=*/false, /*has_hi=*/false);
     }
 }
 
