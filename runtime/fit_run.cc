@@ -5,12 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include "common/file_util.h"
-#include "common/parameter_versions.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config_fingerprint.h"
 #include "runtime/data/targets.h"
@@ -248,12 +247,7 @@ EvalResult FitRun::evaluate_on(const InputSources& inputs, const LabelSource& la
   // the kernels derive their weights' forms (Winograd, expanded, live taps, blocked) once an
   // evaluation instead of once a batch (Predictor::run would open one a batch). The
   // Predictor is the owner, and frees what they derived when it goes.
-  std::optional<OpenVersion> version;
-  if (o.mirror.session.backend == nullptr && o.mirror.session.device == "cpu") {  // as Predictor's host_
-    ParameterVersions::Buffers buffers;
-    for (const auto& name : values.names()) buffers.emplace_back(values.at(name).raw(), values.at(name).nbytes());
-    version.emplace(predictor_.get(), std::move(buffers));
-  }
+  const std::optional<OpenVersion> version = predictor_->open_version(values);
   return evaluate([&](const NamedTensors& feeds) { return predictor_->run(feeds, values); }, inputs, labels,
                   eval_batch, eval_target);
 }

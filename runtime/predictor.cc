@@ -4,10 +4,8 @@
 
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <thread>
 
-#include "common/parameter_versions.h"
 #include "common/threads.h"
 #include "graph/training.h"
 #include "graph/training_passes.h"
@@ -104,18 +102,21 @@ class TeamSize {
 
 }  // namespace
 
-NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole) {
-  std::optional<OpenVersion> version;
-  if (host_ && whole.size() > 0) {
-    ParameterVersions::Buffers buffers;
-    bool open_already = true;
-    for (const auto& name : whole.names()) {
-      const Tensor& t = whole.at(name);
-      buffers.emplace_back(t.raw(), t.nbytes());
-      open_already = open_already && ParameterVersions::get().version(t.raw(), t.nbytes()) != 0;
-    }
-    if (!open_already) version.emplace(this, std::move(buffers));
+std::optional<OpenVersion> Predictor::open_version(const NamedTensors& whole) const {
+  if (!host_ || whole.size() == 0) return std::nullopt;
+  ParameterVersions::Buffers buffers;
+  bool open_already = true;
+  for (const auto& name : whole.names()) {
+    const Tensor& t = whole.at(name);
+    buffers.emplace_back(t.raw(), t.nbytes());
+    open_already = open_already && ParameterVersions::get().version(t.raw(), t.nbytes()) != 0;
   }
+  if (open_already) return std::nullopt;
+  return std::optional<OpenVersion>(std::in_place, this, std::move(buffers));
+}
+
+NamedTensors Predictor::run(const NamedTensors& feeds, const NamedTensors& whole) {
+  const std::optional<OpenVersion> version = open_version(whole);
   return run_sessions(feeds, whole);
 }
 

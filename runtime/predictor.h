@@ -7,9 +7,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/parameter_versions.h"
 #include "runtime/session.h"
 
 namespace omt {
@@ -27,12 +29,16 @@ class Predictor {
   // call at a time). `whole` goes to every replica as it is, not cut (parameters fed as
   // inputs: parameters_as_inputs). On the CPU `whole` gets a parameter version for the run
   // (Note [Parameter versions]: the replicas derive their weights' forms once between them),
-  // unless a caller has opened one over them already (with this Predictor as the owner, as
-  // fit's evaluation does for all its batches). So two Predictors must not run at once over
+  // unless a caller has opened one over them already (open_version, as fit's evaluation does
+  // for all its batches). So two Predictors must not run at once over
   // the same `whole` buffers: the second's open() would refuse them, and what one derives
   // under the other's version is freed with the other (the API serialises on its model's
   // lock, fit evaluates on one thread).
   NamedTensors run(const NamedTensors& feeds, const NamedTensors& whole = {});
+  // A parameter version of `whole`'s buffers with this Predictor as the owner, open while the
+  // result lives (fit's evaluation holds one over all its batches); none off the CPU, for no
+  // buffers, or when they are open already.
+  std::optional<OpenVersion> open_version(const NamedTensors& whole) const;
   int replicas() const { return static_cast<int>(sessions_.size()); }
   // The model the sessions run: the one given, narrowed where a classifier reads one
   // position of a sequence (Note [Rows the loss never reads], graph/gathered_rows.cc).

@@ -103,7 +103,6 @@ void reduce_expanded_grad(const DenseMap& dm, int64_t m, const float* g, float* 
 // Note [Strided convolutions on small maps] (conv/geometry.h): the table of which X position
 // each (output position, tap) reads, made once per shape, and the copies it drives.
 struct SmallMapTaps {
-  std::vector<int64_t> key;
   int64_t in_size = 0, out_size = 0, taps = 0;
   std::vector<int32_t> at;  // at[p * taps + t]: the input position output p's tap t reads, or -1
 };
@@ -355,19 +354,18 @@ class ConvGradKernel : public OpKernel {
   bool small_map_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const Shape& out,
                       const std::vector<int64_t>& s, const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
                       Tensor* dx, Tensor* dw) {
-    if (!dx && !dw) return false;
+    if ((!dx && !dw) || !strided_small_map(out, s, attrs_.group)) return false;
     const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0);
-    const Shape xs(x.shape().begin() + 2, x.shape().end()), ys(out.begin() + 2, out.end());
-    if (!strided_small_map(out, s, attrs_.group)) return false;
-    const int64_t p = shape_numel(ys);
     std::vector<int64_t> key;
     append_key(key, x.shape());
     append_key(key, w.shape());
-    if (small_taps_.key != key) {
-      small_taps_ = small_map_taps(make_geometry(xs, ys, Shape(w.shape().begin() + 2, w.shape().end()), s, d, pb));
-      small_taps_.key = std::move(key);
+    const SmallMapTaps* taps = small_taps_.find(key);
+    if (taps == nullptr) {
+      const Shape xs(x.shape().begin() + 2, x.shape().end()), ys(out.begin() + 2, out.end());
+      taps = &small_taps_.insert(
+          std::move(key), small_map_taps(make_geometry(xs, ys, Shape(w.shape().begin() + 2, w.shape().end()), s, d, pb)));
     }
-    const int64_t np = n * p, row = c * small_taps_.taps;
+    const int64_t p = taps->out_size, np = n * p, row = c * taps->taps;
     if (np * row > kSmallMapColumnFloats) return false;  // oneDNN's kernels need no such copy
     // dY' [N*P, M]: each sample's [M, P] transposed.
     small_dy_.resize(static_cast<size_t>(np * m));
@@ -378,14 +376,14 @@ class ConvGradKernel : public OpKernel {
     small_cols_.resize(static_cast<size_t>(np * row));
     dnnl_set_num_threads(info_.num_threads);
     if (dw) {
-      small_map_columns(small_taps_, n, c, x.data<float>(), small_cols_.data());
+      small_map_columns(*taps, n, c, x.data<float>(), small_cols_.data());
       gemm(true, false, m, row, np, 1.0f, small_dy_.data(), m, small_cols_.data(), row, 0.0f, dw->data<float>(), row,
            info_.precision);
     }
     if (dx) {
       gemm(false, false, np, row, m, 1.0f, small_dy_.data(), m, w.data<float>(), row, 0.0f, small_cols_.data(), row,
            info_.precision);
-      small_map_scatter(small_taps_, n, c, small_cols_.data(), dx->data<float>());
+      small_map_scatter(*taps, n, c, small_cols_.data(), dx->data<float>());
     }
     return true;
   }
@@ -566,8 +564,8 @@ class ConvGradKernel : public OpKernel {
   Tensor expanded_w_;             // Wx, unless shared
   std::vector<float> expanded_dw_;  // G = dY^T X', which dW sums
   std::vector<float> positions_outer_x_, tap_rows_;  // X' and dW[m] as [K, C] (reduce_expanded_grad)
-  SmallMapTaps small_taps_;                     // Note [Strided convolutions on small maps]: the last shape's table,
-  std::vector<float> small_dy_, small_cols_;    // dY' and the columns
+  ShapeCache<SmallMapTaps> small_taps_;       // Note [Strided convolutions on small maps]: tables by shape,
+  std::vector<float> small_dy_, small_cols_;  // dY' and the columns
 };
 
 }  // namespace
