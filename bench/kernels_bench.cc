@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 #include "collectives/factory.h"
@@ -418,6 +419,19 @@ void BM_Layer3ConvGrad(benchmark::State& st) {
   set_flops(st, 2.0 * batch * 256 * 256 * 16 * ((want & 1) + (want >> 1)));  // 16 (output, input) pairs
 }
 BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Note [Convolutions on maps within the kernel's reach] (backends/cpu/conv/geometry.h): the
+// fully connected matrix Wx of ResNet-18's layer3 256x256x3x3 weights on 2x2 maps, made once
+// a step, in float32 (arg 0) and in bfloat16 (arg 1).
+void BM_ExpandedWeights(benchmark::State& st) {
+  const Tensor w = random_tensor({256, 256, 3, 3}, 1);
+  const cpu::DenseMap dm = cpu::dense_map({32, 256, 2, 2}, w.shape(), {32, 256, 2, 2}, {1, 1}, {1, 1}, {1, 1}, 1);
+  const MathPrecision precision = st.range(0) ? MathPrecision::kBFloat16 : MathPrecision::kFloat32;
+  Tensor own;
+  for (auto _ : st) benchmark::DoNotOptimize(cpu::expanded_weights(dm, w, own, precision).raw());
+  set_bytes(st, static_cast<double>(own.nbytes()));  // Wx written
+}
+BENCHMARK(BM_ExpandedWeights)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Note [Winograd weights] (backends/cpu/dnnl_util.h): the float32 Winograd forward's weights
 // for ResNet-18's layer1 (64x64x3x3, batch 32) and layer2 (128x128x3x3, batch 64), by oneDNN's

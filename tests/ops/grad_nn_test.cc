@@ -325,13 +325,16 @@ TEST(GradNnConv, ResNetLayer4GeometriesAreFullyConnected) {
 
 // Note [Convolutions on maps within the kernel's reach] (conv/geometry.h): where every output
 // position sees every input position the kernels run GEMMs with the expanded weights Wx:
-// ResNet-18's layer3 at 3x32x32 (3x3 pad 1 on 2x2 maps), with a Relu fused; a 1x2 map, whose
+// ResNet-18's layer3 at 3x32x32 (3x3 pad 1 on 2x2 maps), with a Relu fused, with 5 channels
+// and with 20 (the weights' [C, K] <-> [K, C] transpositions in 8x8 blocks, Transpose8x8 in
+// backends/cpu/avx2_clones.h, with 4 channels and 1 tap left over); a 1x2 map, whose
 // dead rows of taps must get zero gradients; a 1-D map of 3 under a 5-tap kernel (Pi = 3, the
 // loops that read Pi at run time). The float32 forward against the float64 one (im2col),
 // gradients by finite differences.
 TEST(GradNnConv, ConvolutionsOnMapsWithinTheKernelsReach) {
   const std::vector<ConvCase> cases = {
       {{3, 5, 2, 2}, {4, 5, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
+      {{2, 20, 2, 2}, {3, 20, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
       {{2, 3, 1, 2}, {4, 3, 3, 3}, attrs_of({{"pads", Ints{1, 1, 1, 1}}})},
       {{2, 3, 3}, {2, 3, 5}, attrs_of({{"pads", Ints{2, 2}}})},
   };

@@ -472,46 +472,9 @@ struct DenseMapCache {
   }
 };
 
-// Wx [M*Po, C*Pi] from W [M, C, k...] (rows m0 .. m0+rows of W), T float, or uint16_t for
-// W and Wx in bfloat16 bits. PI is Pi where a specialisation has it (0: read from dm): with the
-// Pi taps of a row in registers, ResNet-18's 256x256 layer3 weights took 0.28 ms, against
-// 0.58 with Pi read at run time.
-template <int PI, class T>
-void expand_weights_pi(const DenseMap& dm, int64_t rows, const T* w, T* wx) {
-  const int64_t pi = PI > 0 ? PI : dm.in_size, po = dm.out_size, c = dm.channels, k = dm.taps, row = c * pi;
-  for (int64_t m = 0; m < rows; ++m) {
-    const T* wm = w + m * c * k;
-    for (int64_t o = 0; o < po; ++o) {
-      T* out = wx + (m * po + o) * row;
-      const int32_t* t = dm.tap.data() + o * pi;
-      if constexpr (PI > 0) {
-        int32_t tt[PI];
-        for (int i = 0; i < PI; ++i) tt[i] = t[i];
-        for (int64_t ci = 0; ci < c; ++ci)
-          for (int i = 0; i < PI; ++i) out[ci * PI + i] = wm[ci * k + tt[i]];
-      } else {
-        for (int64_t ci = 0; ci < c; ++ci)
-          for (int64_t i = 0; i < pi; ++i) out[ci * pi + i] = wm[ci * k + t[i]];
-      }
-    }
-  }
-}
-
-// f(std::integral_constant<int, PI>) with PI = Pi where a specialisation has it, else 0.
-template <class F>
-inline void with_pi(int64_t pi, F&& f) {
-  switch (pi) {
-    case 1: return f(std::integral_constant<int, 1>());
-    case 2: return f(std::integral_constant<int, 2>());
-    case 4: return f(std::integral_constant<int, 4>());
-    default: return f(std::integral_constant<int, 0>());
-  }
-}
-
-template <class T>
-inline void expand_weights(const DenseMap& dm, int64_t rows, const T* w, T* wx) {
-  with_pi(dm.in_size, [&](auto pi) { expand_weights_pi<decltype(pi)::value>(dm, rows, w, wx); });
-}
+// Wx [rows*Po, C*Pi] from `rows` output channels of W [M, C, k...], in float32 or, with
+// `bf16`, as bfloat16 bits rounded once per weight (conv/forward.cc).
+void expand_weights(const DenseMap& dm, int64_t rows, const float* w, void* wx, bool bf16);
 
 // Wx for W [M, C, k...] (dm.active), in float32 or, under bf16 math, already rounded to
 // bfloat16 (the GEMMs read it so, and the rounding is done once), in `own` (resized as
@@ -524,14 +487,7 @@ inline Tensor expanded_weights(const DenseMap& dm, const Tensor& w, Tensor& own,
   const DType type = bf16 ? DType::kBFloat16 : DType::kFloat32;
   const size_t elem = bf16 ? sizeof(uint16_t) : sizeof(float);
   const float* src = w.data<float>();
-  auto expand = [&](int64_t rows, const float* from, void* to) {
-    if (!bf16) return expand_weights(dm, rows, from, static_cast<float*>(to));
-    // Rounded once per weight, then gathered as 16-bit values.
-    thread_local std::vector<uint16_t> rounded;
-    rounded.resize(static_cast<size_t>(rows * c * k));
-    for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = float_to_bfloat16(from[i]);
-    expand_weights(dm, rows, rounded.data(), static_cast<uint16_t*>(to));
-  };
+  auto expand = [&](int64_t rows, const float* from, void* to) { expand_weights(dm, rows, from, to, bf16); };
   ParameterVersions& versions = ParameterVersions::get();
   if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
     const std::string key = bf16 ? "bf16 " + dm.key : dm.key;
