@@ -420,6 +420,26 @@ void BM_Layer3ConvGrad(benchmark::State& st) {
 }
 BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Note [Pointwise weight gradients as dot products] (backends/cpu/conv/pointwise.h): dW of
+// MobileNetV2's 1x1 convolutions at 3x64x64, batch 64 (args: input channels, output channels,
+// map side). Run against another build of the library (LD_LIBRARY_PATH) for oneDNN's.
+void BM_PointwiseWeightGrad(benchmark::State& st) {
+  const int64_t c = st.range(0), m = st.range(1), hw = st.range(2), batch = 64;
+  AttributeMap a;
+  a.set("kernel_shape", std::vector<int64_t>{1, 1});
+  OneNode node("com.onnx-mirror", "ConvGrad", a,
+               {random_tensor({batch, m, hw, hw}, 1), random_tensor({batch, c, hw, hw}, 2),
+                random_tensor({m, c, 1, 1}, 3)},
+               {false, true, false});
+  node.run();
+  for (auto _ : st) node.run();
+  set_flops(st, 2.0 * batch * hw * hw * m * c);
+}
+BENCHMARK(BM_PointwiseWeightGrad)
+    ->Args({32, 16, 32})->Args({16, 96, 32})->Args({24, 144, 16})->Args({144, 24, 16})->Args({96, 24, 16})
+    ->Args({32, 192, 8})->Args({192, 32, 8})->Args({64, 384, 4})->Args({384, 64, 4})->Args({96, 576, 4})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // Note [Convolutions on maps within the kernel's reach] (backends/cpu/conv/geometry.h): the
 // fully connected matrix Wx of ResNet-18's layer3 256x256x3x3 weights on 2x2 maps, made once
 // a step, in float32 (arg 0) and in bfloat16 (arg 1).

@@ -574,10 +574,14 @@ TEST(GradNnConv, ConstantWeightsCutOncePerCrop) {
 
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
-// up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads.
+// up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads. From 256
+// positions (16x16, a 1-D 260) the weight gradient is Note [Pointwise weight gradients as dot
+// products] (conv/pointwise.h) where the CPU has AVX-512.
 TEST(GradNnConv, PointwiseOnPlainAndBlockedLayouts) {
   const std::vector<ConvCase> cases = {
       {{2, 8, 4, 4}, {16, 8, 1, 1}, {}},
+      {{1, 3, 16, 16}, {2, 3, 1, 1}, {}},
+      {{2, 2, 260}, {3, 2, 1}, {}},
       {{2, 8, 2, 2}, {16, 8, 1, 1}, {}},
       {{2, 5, 20}, {3, 5, 1}, {}},
       {{2, 8, 8, 8}, {16, 8, 1, 1}, attrs_of({{"strides", Ints{2, 2}}})},

@@ -11,6 +11,7 @@
 #include "backends/cpu/avx2_clones.h"
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
+#include "backends/cpu/conv/pointwise.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -328,6 +329,14 @@ class ConvGradKernel : public OpKernel {
     const Geometry g = make_geometry(xs, ys, Shape(w.shape().begin() + 2, w.shape().end()), s, d, pb);
     const int64_t k = c * g.k_size(), p = g.out_size();
     if (p == 0) return false;
+    // Note [Pointwise weight gradients as dot products] (conv/pointwise.h).
+    if (info_.precision == MathPrecision::kFloat32 &&
+        plain_pointwise(w.shape(), dy.shape(), s, pb, pe, attrs_.group, info_.precision) &&
+        pointwise_dot_handles(m, c, p)) {
+      pointwise_weight_grad(dy.data<float>(), x.data<float>(), n, m, c, p, dw->data<float>());
+      if (db) bias_grad<float>(dy.data<float>(), db->data<float>(), n, m, p);
+      return true;
+    }
     const bool thin = !dx && k < kThinConvMacs;
     // (Pointwise convolutions on plain layouts have oneDNN's gemm convolution, no im2col copy.)
     const bool wide = !dnnl_has_avx512() && p >= kGemmDwPixels && m * (k + 1) <= kGemmDwFloats &&

@@ -1,0 +1,25 @@
+// Note [Pointwise weight gradients as dot products]: the weight gradient of a 1x1 convolution
+// on plain NCHW layouts (Note [Pointwise convolutions on plain layouts] in conv/geometry.h),
+//   dW[m, c] = sum over samples n and positions p of dY[n, m, p] X[n, c, p],
+// is M*C dot products whose two operands both run along p. oneDNN 2.6's gemm convolution
+// makes it one small GEMM per sample (M x C, depth P), and on MobileNetV2's narrow layers
+// packing both operands for every sample cost more than the multiply-adds: the 32 -> 16
+// projection at 32x32 (batch 64) ran at 29 GFLOP/s, the 16 -> 96 expansion at 108, the
+// 24 <-> 144 ones at 16x16 at 93-128. Here blocks of 4 output and 6 input channels keep 24
+// vector sums in registers over a group of samples (sized so the group's rows of dY and X stay
+// in L2), each 16 positions a step: 10 loads to 24 fused multiply-adds, no packing. AVX-512
+// only (where oneDNN reports avx512_core); elsewhere oneDNN's kernel runs.
+#pragma once
+
+#include <cstdint>
+
+namespace omt::cpu {
+
+// Whether pointwise_weight_grad runs here and takes this shape (M output channels, C input
+// channels, P positions a sample): where it was measured the faster (conv/pointwise.cc).
+bool pointwise_dot_handles(int64_t m, int64_t c, int64_t p);
+
+// dW [M, C] (overwritten) from dY [N, M, P] and X [N, C, P].
+void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw);
+
+}  // namespace omt::cpu
