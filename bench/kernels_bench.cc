@@ -420,24 +420,34 @@ void BM_Layer3ConvGrad(benchmark::State& st) {
 }
 BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// Note [Pointwise weight gradients as dot products] (backends/cpu/conv/pointwise.h): dW of
-// MobileNetV2's 1x1 convolutions at 3x64x64, batch 64 (args: input channels, output channels,
-// map side). Run against another build of the library (LD_LIBRARY_PATH) for oneDNN's.
-void BM_PointwiseWeightGrad(benchmark::State& st) {
-  const int64_t c = st.range(0), m = st.range(1), hw = st.range(2), batch = 64;
+// Note [Pointwise weight gradients as dot products] (backends/cpu/conv/pointwise.h) and Note
+// [Pointwise convolutions on plain layouts] (conv/geometry.h): MobileNetV2's 1x1 convolutions
+// at 3x64x64, batch 64 (args: input channels, output channels, map side, pass: 0 forward, 1 dX,
+// 2 dW). Run against another build of the library (LD_LIBRARY_PATH) to compare.
+void BM_PointwiseConv(benchmark::State& st) {
+  const int64_t c = st.range(0), m = st.range(1), hw = st.range(2), pass = st.range(3), batch = 64;
   AttributeMap a;
   a.set("kernel_shape", std::vector<int64_t>{1, 1});
-  OneNode node("com.onnx-mirror", "ConvGrad", a,
-               {random_tensor({batch, m, hw, hw}, 1), random_tensor({batch, c, hw, hw}, 2),
-                random_tensor({m, c, 1, 1}, 3)},
-               {false, true, false});
-  node.run();
-  for (auto _ : st) node.run();
+  std::unique_ptr<OneNode> node;
+  if (pass == 0)
+    node = std::make_unique<OneNode>("", "Conv", a,
+                                     std::vector<Tensor>{random_tensor({batch, c, hw, hw}, 1), random_tensor({m, c, 1, 1}, 2)},
+                                     std::vector<bool>{true});
+  else
+    node = std::make_unique<OneNode>("com.onnx-mirror", "ConvGrad", a,
+                                     std::vector<Tensor>{random_tensor({batch, m, hw, hw}, 1),
+                                                         random_tensor({batch, c, hw, hw}, 2), random_tensor({m, c, 1, 1}, 3)},
+                                     std::vector<bool>{pass == 1, pass == 2, false});
+  node->run();
+  for (auto _ : st) node->run();
   set_flops(st, 2.0 * batch * hw * hw * m * c);
 }
-BENCHMARK(BM_PointwiseWeightGrad)
-    ->Args({32, 16, 32})->Args({16, 96, 32})->Args({24, 144, 16})->Args({144, 24, 16})->Args({96, 24, 16})
-    ->Args({32, 192, 8})->Args({192, 32, 8})->Args({64, 384, 4})->Args({384, 64, 4})->Args({96, 576, 4})
+BENCHMARK(BM_PointwiseConv)
+    ->ArgsProduct({{16}, {96}, {32}, {0, 1, 2}})->ArgsProduct({{32}, {16}, {32}, {0, 1, 2}})
+    ->ArgsProduct({{24}, {144}, {16}, {0, 1, 2}})->ArgsProduct({{144}, {24}, {16}, {0, 1, 2}})
+    ->ArgsProduct({{96}, {24}, {16}, {0, 1, 2}})->ArgsProduct({{32}, {192}, {8}, {0, 1, 2}})
+    ->ArgsProduct({{192}, {32}, {8}, {0, 1, 2}})->ArgsProduct({{64}, {384}, {4}, {0, 1, 2}})
+    ->ArgsProduct({{96}, {576}, {4}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Note [Convolutions on maps within the kernel's reach] (backends/cpu/conv/geometry.h): the

@@ -17,7 +17,7 @@
 namespace omt::cpu {
 namespace {
 
-// Where it is the faster (kernels_bench BM_PointwiseWeightGrad, batch 64, against oneDNN's
+// Where it is the faster (kernels_bench BM_PointwiseConv, pass 2, batch 64, against oneDNN's
 // gemm convolution): maps of 16x16 and up (32 -> 16 at 32x32 2281 -> 430 us, 16 -> 96 2814 ->
 // 1795, 96 -> 24 at 16x16 703 -> 408, 24 -> 144 821 -> 691, 144 -> 24 level) with at most
 // kPointwiseDotMaxPairs channel pairs. On 8x8 maps (32 <-> 192: 239-260 against 389-398 us)
