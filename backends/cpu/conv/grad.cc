@@ -347,9 +347,19 @@ class ConvGradKernel : public OpKernel {
     std::fill(col_.begin() + k * p, col_.end(), 1.0f);
     acc_.assign(static_cast<size_t>(m * (k + 1)), 0.0f);
     dnnl_set_num_threads(info_.num_threads);
+    // [dW | dB] is M*(K+1) dot products along the positions, as a pointwise gradient is (Note
+    // [Pointwise weight gradients as dot products] in conv/pointwise.h), where that kernel
+    // takes the shape: ConvGrad of MobileNetV2's first layer (3 -> 32, 3x3 stride 2 onto 32x32,
+    // batch 64) 3.12 -> 1.60 ms, of the models/ CNN's conv1 (batch 256) 2.48 -> 1.96 (traces);
+    // 3 interleaved pairs of steps: MobileNetV2 126.8 -> 123.6 ms, the CNN 28.5 -> 27.9.
+    const bool dots = pointwise_dot_handles(m, k + 1, p);
     for (int64_t b = 0; b < n; ++b) {
       im2col(g, c, x.data<float>() + b * c * g.in_size(), col_.data());
-      gemm(false, true, m, k + 1, p, 1.0f, dy.data<float>() + b * m * p, p, col_.data(), p, 1.0f, acc_.data(), k + 1);
+      if (dots)
+        pointwise_weight_grad(dy.data<float>() + b * m * p, col_.data(), 1, m, k + 1, p, acc_.data(), true);
+      else
+        gemm(false, true, m, k + 1, p, 1.0f, dy.data<float>() + b * m * p, p, col_.data(), p, 1.0f, acc_.data(),
+             k + 1);
     }
     float* pw = dw->data<float>();
     for (int64_t i = 0; i < m; ++i) {

@@ -99,8 +99,9 @@ bool pointwise_dot_handles(int64_t m, int64_t c, int64_t p) {
 #endif
 }
 
-void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw) {
-  std::memset(dw, 0, sizeof(float) * static_cast<size_t>(m * c));
+void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw,
+                           bool accumulate) {
+  if (!accumulate) std::memset(dw, 0, sizeof(float) * static_cast<size_t>(m * c));
 #ifdef OMT_POINTWISE_DOT
   const int64_t group = std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4));
   for (int64_t n0 = 0; n0 < n; n0 += group) {

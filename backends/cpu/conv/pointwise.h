@@ -19,7 +19,8 @@ namespace omt::cpu {
 // channels, P positions a sample): where it was measured the faster (conv/pointwise.cc).
 bool pointwise_dot_handles(int64_t m, int64_t c, int64_t p);
 
-// dW [M, C] (overwritten) from dY [N, M, P] and X [N, C, P].
-void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw);
+// dW [M, C] from dY [N, M, P] and X [N, C, P]: overwritten, or with `accumulate` added to.
+void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw,
+                           bool accumulate = false);
 
 }  // namespace omt::cpu
