@@ -303,10 +303,12 @@ class ConvGradKernel : public OpKernel {
   }
 
  private:
-  // Output shape of the forward Conv, with its strides, dilations and pads per spatial dim.
-  // The weight (and bias) gradient as one GEMM per sample over im2col columns with a row of
-  // ones appended (that row gives dB): [dW | dB] += dY_n [M, P] x [col_n; 1]^T [P, K+1], on
-  // the plain layouts. Two cases (returns false otherwise):
+  // The weight (and bias) gradient without oneDNN's backward-weights primitive, or false:
+  // - a pointwise convolution on plain layouts that pointwise_dot_handles (Note [Pointwise
+  //   weight gradients as dot products] in conv/pointwise.h);
+  // otherwise as one GEMM per sample over im2col columns with a row of ones appended (that
+  // row gives dB): [dW | dB] += dY_n [M, P] x [col_n; 1]^T [P, K+1], on the plain layouts
+  // (or those dot products, where the kernel takes the shape), in two cases:
   // - a thin convolution (Note [Thin convolutions] in conv/forward.cc) whose input gradient is
   //   not wanted: for models/cnn.onnx's conv1 oneDNN's backward-weights primitive spent 1.6 of
   //   its 2.5 ms reordering dY into a channel-blocked layout;
