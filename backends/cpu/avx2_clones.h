@@ -4,12 +4,13 @@
 // maps' weight layouts in conv/forward.cc and conv/grad.cc) also run as
 // copies compiled for AVX2 and FMA: the same
 // source, inlined (OMT_ALWAYS_INLINE) into a function declared with that target, chosen once
-// at run time by use_avx2_clones(). Where the source takes a policy (the matrix transpositions
-// below: PlainTranspose, or Transpose8x8 written with AVX intrinsics), the clone gets the wider
-// one; a transposition copies values and rounds nothing. The copies do the same operations wider, except that the
+// at run time by use_avx2_clones(). The copies do the same operations wider, except that the
 // compiler fuses a multiply and an add into one FMA there (GNU C++ contracts by default), which
 // rounds once instead of twice: the sums and products can differ in their last bits between
 // CPUs with and without AVX2 (the pooling and the rounding have no multiply-adds and do not).
+// Where the source takes a policy (the matrix transpositions below: PlainTranspose, or
+// Transpose8x8 written with AVX intrinsics), the clone gets the wider one; a transposition
+// copies values and rounds nothing.
 #pragma once
 
 #include <cstdint>

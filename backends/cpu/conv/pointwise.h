@@ -8,7 +8,9 @@
 // 24 <-> 144 ones at 16x16 at 93-128. Here blocks of 4 output and 6 input channels keep 24
 // vector sums in registers over a group of samples (sized so the group's rows of dY and X stay
 // in L2), each 16 positions a step: 10 loads to 24 fused multiply-adds, no packing. AVX-512
-// only (where oneDNN reports avx512_core); elsewhere oneDNN's kernel runs.
+// only (where oneDNN reports avx512_core); elsewhere oneDNN's kernel runs. A thin
+// convolution's [dW | dB] over its im2col columns (Note [Thin convolutions] in
+// conv/forward.cc) is the same product and takes the kernel too (conv/grad.cc).
 #pragma once
 
 #include <cstdint>
