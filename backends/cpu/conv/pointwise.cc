@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "backends/cpu/dnnl_util.h"
 
@@ -18,11 +19,11 @@ namespace omt::cpu {
 namespace {
 
 // Where it is the faster (kernels_bench BM_PointwiseConv, pass 2, batch 64, against oneDNN's
-// gemm convolution): maps of 16x16 and up (32 -> 16 at 32x32 2281 -> 430 us, 16 -> 96 2814 ->
-// 1795, 96 -> 24 at 16x16 703 -> 408, 24 -> 144 821 -> 691, 144 -> 24 level) with at most
-// kPointwiseDotMaxPairs channel pairs. On 8x8 maps (32 <-> 192: 239-260 against 389-398 us)
-// a group's sums are reduced too often for their few positions, and from 64 x 384 pairs at
-// 4x4 oneDNN's GEMMs run at 200-230 GFLOP/s and this level.
+// gemm convolution): maps of 16x16 and up (32 -> 16 at 32x32 2281 -> 411 us, 16 -> 96 2814 ->
+// 1601, 96 -> 24 at 16x16 703 -> 415, 24 -> 144 821 -> 625, 144 -> 24 638 -> 584) with at
+// most kPointwiseDotMaxPairs channel pairs. On 8x8 maps (32 <-> 192: 252-265 against 359-386
+// us) and 4x4 ones (64 x 384: 259 against 698) the few positions a sample leave too little
+// work between the block's loads of its accumulators and of its rows.
 constexpr int64_t kPointwiseDotMaxPairs = 8192, kPointwiseDotMinPositions = 256;
 // The bytes of dY and X rows a group of samples may hold (half of Zen's 1 MiB L2).
 constexpr int64_t kGroupBytes = 512 * 1024;
@@ -59,15 +60,11 @@ OMT_AVX512_TARGET void dot_block(const float* dy, const float* x, int64_t sample
       }
     }
   }
-  // (GCC 12's _mm512_reduce_add_ps trips -Wuninitialized; the lanes go through memory, once a
-  // group.)
-  alignas(64) float lanes[16];
+  // The 16 lanes of each pair add into its vector in `dw` (16 floats a pair), once a group.
   for (int i = 0; i < MB; ++i)
     for (int j = 0; j < CB; ++j) {
-      _mm512_store_ps(lanes, acc[i][j]);
-      float sum = 0.0f;
-      for (float v : lanes) sum += v;
-      dw[i * ldw + j] += sum;
+      float* v = dw + (i * ldw + j) * 16;
+      _mm512_storeu_ps(v, _mm512_add_ps(_mm512_loadu_ps(v), acc[i][j]));
     }
 }
 
@@ -87,8 +84,11 @@ constexpr std::array<std::array<DotBlock, kCols>, sizeof...(MB)> all_blocks(std:
 
 constexpr auto kBlocks = all_blocks(std::make_integer_sequence<int, kRows>());
 
-// dw [M, C] += the dot products, a group of samples at a time.
+// dw [M, C] += the dot products, a group of samples at a time, each pair's 16 lanes summed in
+// `lanes` (M*C*16 floats) across the groups and reduced at the end.
 void dots_avx512(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw) {
+  thread_local std::vector<float> lanes;
+  lanes.assign(static_cast<size_t>(m * c * 16), 0.0f);
   const int64_t group = std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4));
   for (int64_t n0 = 0; n0 < n; n0 += group) {
     const int64_t samples = std::min(group, n - n0);
@@ -98,8 +98,13 @@ void dots_avx512(const float* dy, const float* x, int64_t n, int64_t m, int64_t 
       const auto& row = kBlocks[static_cast<size_t>(std::min<int64_t>(kRows, m - m0) - 1)];
       for (int64_t c0 = 0; c0 < c; c0 += kCols)
         row[static_cast<size_t>(std::min<int64_t>(kCols, c - c0) - 1)](dyg + m0 * p, xg + c0 * p, samples, m * p,
-                                                                       c * p, p, dw + m0 * c + c0, c);
+                                                                       c * p, p, lanes.data() + (m0 * c + c0) * 16, c);
     }
+  }
+  for (int64_t k = 0; k < m * c; ++k) {
+    float sum = 0.0f;
+    for (int l = 0; l < 16; ++l) sum += lanes[static_cast<size_t>(k * 16 + l)];
+    dw[k] += sum;
   }
 }
 #endif
