@@ -84,29 +84,6 @@ constexpr std::array<std::array<DotBlock, kCols>, sizeof...(MB)> all_blocks(std:
 
 constexpr auto kBlocks = all_blocks(std::make_integer_sequence<int, kRows>());
 
-// dw [M, C] += the dot products, a group of samples at a time, each pair's 16 lanes summed in
-// `lanes` (M*C*16 floats) across the groups and reduced at the end.
-void dots_avx512(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw) {
-  thread_local std::vector<float> lanes;
-  lanes.assign(static_cast<size_t>(m * c * 16), 0.0f);
-  const int64_t group = std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4));
-  for (int64_t n0 = 0; n0 < n; n0 += group) {
-    const int64_t samples = std::min(group, n - n0);
-    const float* dyg = dy + n0 * m * p;
-    const float* xg = x + n0 * c * p;
-    for (int64_t m0 = 0; m0 < m; m0 += kRows) {
-      const auto& row = kBlocks[static_cast<size_t>(std::min<int64_t>(kRows, m - m0) - 1)];
-      for (int64_t c0 = 0; c0 < c; c0 += kCols)
-        row[static_cast<size_t>(std::min<int64_t>(kCols, c - c0) - 1)](dyg + m0 * p, xg + c0 * p, samples, m * p,
-                                                                       c * p, p, lanes.data() + (m0 * c + c0) * 16, c);
-    }
-  }
-  for (int64_t k = 0; k < m * c; ++k) {
-    float sum = 0.0f;
-    for (int l = 0; l < 16; ++l) sum += lanes[static_cast<size_t>(k * 16 + l)];
-    dw[k] += sum;
-  }
-}
 #endif
 
 }  // namespace
@@ -120,12 +97,31 @@ bool pointwise_dot_handles(int64_t m, int64_t c, int64_t p) {
 #endif
 }
 
-void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw,
-                           bool accumulate) {
-  if (!accumulate) std::memset(dw, 0, sizeof(float) * static_cast<size_t>(m * c));
+void PointwiseDots::start(int64_t m, int64_t c) {
+  m_ = m;
+  c_ = c;
 #ifdef OMT_POINTWISE_DOT
-  if (dnnl_has_avx512()) {
-    dots_avx512(dy, x, n, m, c, p, dw);
+  lanes_per_pair_ = dnnl_has_avx512() ? 16 : 1;
+#endif
+  sums_.assign(static_cast<size_t>(m * c * lanes_per_pair_), 0.0f);
+}
+
+void PointwiseDots::add(const float* dy, const float* x, int64_t n, int64_t p) {
+  const int64_t m = m_, c = c_;
+#ifdef OMT_POINTWISE_DOT
+  if (lanes_per_pair_ == 16) {
+    const int64_t group = std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4));
+    for (int64_t n0 = 0; n0 < n; n0 += group) {
+      const int64_t samples = std::min(group, n - n0);
+      const float* dyg = dy + n0 * m * p;
+      const float* xg = x + n0 * c * p;
+      for (int64_t m0 = 0; m0 < m; m0 += kRows) {
+        const auto& row = kBlocks[static_cast<size_t>(std::min<int64_t>(kRows, m - m0) - 1)];
+        for (int64_t c0 = 0; c0 < c; c0 += kCols)
+          row[static_cast<size_t>(std::min<int64_t>(kCols, c - c0) - 1)](dyg + m0 * p, xg + c0 * p, samples, m * p,
+                                                                         c * p, p, sums_.data() + (m0 * c + c0) * 16, c);
+      }
+    }
     return;
   }
 #endif
@@ -135,8 +131,24 @@ void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m
       for (int64_t j = 0; j < c; ++j) {
         float sum = 0.0f;
         for (int64_t q = 0; q < p; ++q) sum += dy[(b * m + i) * p + q] * x[(b * c + j) * p + q];
-        dw[i * c + j] += sum;
+        sums_[static_cast<size_t>(i * c + j)] += sum;
       }
+}
+
+void PointwiseDots::finish(float* dw) const {
+  for (int64_t k = 0; k < m_ * c_; ++k) {
+    float sum = 0.0f;
+    for (int64_t l = 0; l < lanes_per_pair_; ++l) sum += sums_[static_cast<size_t>(k * lanes_per_pair_ + l)];
+    dw[k] += sum;
+  }
+}
+
+void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw) {
+  thread_local PointwiseDots dots;
+  dots.start(m, c);
+  dots.add(dy, x, n, p);
+  std::memset(dw, 0, sizeof(float) * static_cast<size_t>(m * c));
+  dots.finish(dw);
 }
 
 }  // namespace omt::cpu

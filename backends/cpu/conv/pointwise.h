@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace omt::cpu {
 
@@ -23,8 +24,21 @@ namespace omt::cpu {
 // channels, P positions a sample): where it was measured the faster (conv/pointwise.cc).
 bool pointwise_dot_handles(int64_t m, int64_t c, int64_t p);
 
-// dW [M, C] from dY [N, M, P] and X [N, C, P]: overwritten, or with `accumulate` added to.
-void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw,
-                           bool accumulate = false);
+// The dot products' sums over several calls, reduced once (a thin convolution adds one
+// sample's im2col columns at a time): start, add, ..., finish.
+class PointwiseDots {
+ public:
+  void start(int64_t m, int64_t c);  // M x C pairs, every sum zero
+  // Adds dY [N, M, P] . X [N, C, P] along the positions.
+  void add(const float* dy, const float* x, int64_t n, int64_t p);
+  void finish(float* dw) const;  // dW [M, C] += the sums
+
+ private:
+  int64_t m_ = 0, c_ = 0, lanes_per_pair_ = 1;  // 16 with AVX-512: each group's vectors
+  std::vector<float> sums_;
+};
+
+// dW [M, C] (overwritten) from dY [N, M, P] and X [N, C, P].
+void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw);
 
 }  // namespace omt::cpu
