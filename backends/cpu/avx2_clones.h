@@ -37,10 +37,11 @@ inline bool use_avx2_clones() {
 }
 
 // dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < cols: a matrix turned,
-// one value at a time. The clones take it as a policy (Transpose8x8 below).
+// one value at a time (inlined, so a clone compiles it for its target). The clones of the
+// dense maps take it as a policy (Transpose8x8 below).
 struct PlainTranspose {
-  static void run(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst, int64_t dst_stride,
-                  int64_t from_row = 0) {
+  OMT_ALWAYS_INLINE static void run(const float* __restrict src, int64_t rows, int64_t cols, int64_t src_stride,
+                                    float* __restrict dst, int64_t dst_stride, int64_t from_row = 0) {
     for (int64_t i = from_row; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) dst[j * dst_stride + i] = src[i * src_stride + j];
   }

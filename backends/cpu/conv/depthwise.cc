@@ -322,9 +322,8 @@ void data_grad_stride(const Geometry& g, const float* dy, const float* w, float*
 // ---- channels last ----
 
 // dst [q, i] = src [i, q] for i < rows, q < cols (a sample's [C, P] planes and back).
-OMT_ALWAYS_INLINE void transpose(const float* __restrict src, int64_t rows, int64_t cols, float* __restrict dst) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t q = 0; q < cols; ++q) dst[q * rows + i] = src[i * cols + q];
+OMT_ALWAYS_INLINE void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
+  PlainTranspose::run(src, rows, cols, cols, dst, rows);
 }
 
 // out[c] += a[c] * b[c] for c < n.

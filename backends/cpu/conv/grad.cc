@@ -61,9 +61,7 @@ struct Port {
 // each sample's positions outer, X' [N, Pi, C], the B operand of G = dY^T X' [M*Po, Pi*C].
 void positions_outer(const DenseMap& dm, int64_t n, const float* x, float* xt) {
   const int64_t pi = dm.in_size, c = dm.channels;
-  for (int64_t b = 0; b < n; ++b, x += c * pi, xt += c * pi)
-    for (int64_t ci = 0; ci < c; ++ci)
-      for (int64_t i = 0; i < pi; ++i) xt[i * c + ci] = x[ci * pi + i];
+  for (int64_t b = 0; b < n; ++b) PlainTranspose::run(x + b * c * pi, c, pi, pi, xt + b * c * pi, c);
 }
 
 // dW [m rows of M, C, k...] from G: each tap's sum over the pairs it joins, zero at taps that
@@ -395,9 +393,7 @@ class ConvGradKernel : public OpKernel {
     // dY' [N*P, M]: each sample's [M, P] transposed.
     small_dy_.resize(static_cast<size_t>(np * m));
     const float* pdy = dy.data<float>();
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t mi = 0; mi < m; ++mi)
-        for (int64_t o = 0; o < p; ++o) small_dy_[static_cast<size_t>((b * p + o) * m + mi)] = pdy[(b * m + mi) * p + o];
+    for (int64_t b = 0; b < n; ++b) PlainTranspose::run(pdy + b * m * p, m, p, p, small_dy_.data() + b * p * m, m);
     small_cols_.resize(static_cast<size_t>(np * row));
     dnnl_set_num_threads(info_.num_threads);
     if (dw) {
