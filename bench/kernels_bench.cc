@@ -292,6 +292,25 @@ void BM_ConvGrad(benchmark::State& st, ConvShape c) {
   set_flops(st, conv_flops(c, batch) * (want_dx ? 2 : 1));
 }
 
+// Note [Thin convolutions] (backends/cpu/conv/forward.cc): MobileNetV2's first layer at
+// 3x64x64 (3 -> 32, 3x3 stride 2 pad 1 onto 32x32) and the models/ CNN's conv1 (1 -> 32, 3x3
+// on 28x28), forward, batch 64.
+void BM_ThinConv(benchmark::State& st) {
+  const bool stem = st.range(0) == 0;
+  const int64_t batch = 64, c = stem ? 3 : 1, hw = stem ? 64 : 28, s = stem ? 2 : 1, p = stem ? 1 : 0;
+  AttributeMap a = conv_attrs();
+  a.set("pads", std::vector<int64_t>{p, p, p, p});
+  a.set("strides", std::vector<int64_t>{s, s});
+  OneNode node("", "Conv", a,
+               {random_tensor({batch, c, hw, hw}, 1), random_tensor({32, c, 3, 3}, 2), random_tensor({32}, 3)},
+               {true});
+  node.run();
+  for (auto _ : st) node.run();
+  const int64_t o = (hw + 2 * p - 3) / s + 1;
+  set_flops(st, 2.0 * batch * 32 * o * o * c * 9);
+}
+BENCHMARK(BM_ThinConv)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 AttributeMap pool_attrs() {
   AttributeMap a;
   a.set("kernel_shape", std::vector<int64_t>{2, 2});

@@ -10,6 +10,7 @@
 #include "backends/cpu/avx2_clones.h"
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
+#include "backends/cpu/conv/thin.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -147,6 +148,12 @@ class ConvKernel : public OpKernel {
           expanded_for_ = dense_.made;
           dense_forward(dm, x, wx, b, y);
         }
+        return;
+      }
+      // Note [Thin convolutions, direct] (conv/thin.h).
+      if (ThinConv::handles(x.shape(), wp->shape(), grp, s.size() == 2 ? s[1] : 0, info_.num_threads)) {
+        thin_.plan(x.shape(), wp->shape(), out, s, d, crop.pb);
+        thin_.forward(x.data<float>(), wp->data<float>(), b ? b->data<float>() : nullptr, relu_, y.data<float>());
         return;
       }
       std::vector<int64_t> key;
@@ -378,6 +385,7 @@ class ConvKernel : public OpKernel {
   Tensor expanded_w_;  // Wx (Note [Convolutions on maps within the kernel's reach]), unless shared
   DenseMapCache dense_;                  // Note [Convolutions on maps within the kernel's reach]
   DepthwisePlanes depthwise_;            // Note [Depthwise convolutions on phase planes]
+  ThinConv thin_;                        // Note [Thin convolutions, direct]
   const void* expanded_from_ = nullptr;  // the constant weights expanded_w_ holds, if any,
   int64_t expanded_for_ = 0;             // and for which of dense_'s maps
   std::vector<float> dense_yt_;  // its Y^T
