@@ -26,7 +26,9 @@ namespace {
 // back took 1.86 ms, its gemm convolution on plain NCHW 0.81 ms. At conv2 (32->64, 288
 // multiply-adds per output) it is the other way round (3.0 vs 4.3 ms). So source and
 // destination stay plain when an output element needs fewer than kThinConvMacs
-// (conv/geometry.h) multiply-adds. ConvGrad's weight gradient has a thin path too.
+// (conv/geometry.h) multiply-adds. ConvGrad's weight gradient has a thin path too. With
+// AVX-512 and one thread, the forward of those of more than one tap is an own kernel (Note
+// [Thin convolutions, direct] in conv/thin.h), faster than this gemm convolution.
 // A grouped convolution is never thin: its gemm convolution loops over the groups, and a
 // depthwise one (9 multiply-adds per output) ran 2.1x slower that way than oneDNN's jit_dw kernel
 // in a channel-blocked layout, reorders included (MobileNetV2 at 3x64x64, batch 64: every
