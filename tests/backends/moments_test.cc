@@ -1,7 +1,8 @@
-// Note [Normalising in memory order] and Note [AVX2 clones of the reductions]
-// (backends/cpu/norm/moments.h): the per-channel statistics and gradient sums read in x's
-// order, from the generic code and, where the CPU has AVX2 and FMA, from its AVX2 copy, against
-// float64 sums written out a channel at a time.
+// Note [Normalising in memory order], Note [Batch statistics in one sweep], Note [AVX2 clones
+// of the reductions] and Note [Double sums at AVX-512] (backends/cpu/norm/moments.h): the
+// per-channel statistics and gradient sums read in x's order, from the generic code and, where
+// the CPU has them, from its AVX2 and AVX-512 copies, against long double sums written out a
+// channel at a time.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,15 +50,21 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 TEST(ChannelMoments, InMemoryOrderAndTheirAvx2Copies) {
   struct Case {
     int64_t n, c, inner;
+    float channel_offset, sample_shift;  // x = offset * channel + shift * sample + N(0, 1)
   };
-  for (const Case& cs : {Case{4, 3, 1024}, Case{32, 5, 17}, Case{3, 7, 64}, Case{2, 2, 1}}) {
+  // Blocks of whole vectors and with tails; the last two with block means far apart (the
+  // between-block part of the variance) and far from zero.
+  for (const Case& cs : {Case{4, 3, 1024, 100, 0}, Case{32, 5, 17, 100, 0}, Case{3, 7, 64, 100, 0},
+                         Case{2, 2, 1, 100, 0}, Case{5, 3, 1029, 1e4f, 50}, Case{9, 2, 40, -3e3f, 7}}) {
     SCOPED_TRACE(::testing::Message() << cs.n << "x" << cs.c << "x" << cs.inner);
     const size_t size = static_cast<size_t>(cs.n * cs.c * cs.inner);
     std::vector<float> x(size), dy(size);
     std::mt19937 gen(static_cast<unsigned>(size));
     std::normal_distribution<float> normal;
     for (size_t k = 0; k < size; ++k) {
-      x[k] = 100.0f * static_cast<float>((k / cs.inner) % cs.c) + normal(gen);
+      const size_t block = k / static_cast<size_t>(cs.inner);
+      x[k] = cs.channel_offset * static_cast<float>(block % static_cast<size_t>(cs.c)) +
+             cs.sample_shift * static_cast<float>(block / static_cast<size_t>(cs.c)) + normal(gen);
       dy[k] = normal(gen);
     }
     const Want want = reference(x, dy, cs.n, cs.c, cs.inner);
@@ -78,6 +85,17 @@ TEST(ChannelMoments, InMemoryOrderAndTheirAvx2Copies) {
     all_channel_grad_sums(dy.data(), x.data(), cs.n, cs.c, cs.inner, want.mean.data(), sum_dy.data(), sum_dy_xmu.data());
     expect_close(sum_dy, want.sum_dy, "sum of dY (dispatched)");
     expect_close(sum_dy_xmu, want.sum_dy_xmu, "sum of dY (x - mean) (dispatched)");
+#ifdef OMT_AVX2_CLONES
+    if (use_avx512_sums()) {  // the AVX-512 copies, called by name
+      all_channel_moments_avx512(x.data(), cs.n, cs.c, cs.inner, mean.data(), var.data());
+      expect_close(mean, want.mean, "mean (AVX-512)");
+      expect_close(var, want.var, "variance (AVX-512)");
+      all_channel_grad_sums_avx512(dy.data(), x.data(), cs.n, cs.c, cs.inner, want.mean.data(), sum_dy.data(),
+                                   sum_dy_xmu.data(), GradMask<float>());
+      expect_close(sum_dy, want.sum_dy, "sum of dY (AVX-512)");
+      expect_close(sum_dy_xmu, want.sum_dy_xmu, "sum of dY (x - mean) (AVX-512)");
+    }
+#endif
     for (size_t ch = 0; ch < c; ++ch) {  // block_moments, a channel at a time, agrees too
       double m = 0, v = 0;
       block_moments(x.data() + ch * static_cast<size_t>(cs.inner), cs.n, cs.c * cs.inner, cs.inner, m, v);
