@@ -286,6 +286,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   impl_->pool = std::make_unique<ReplicaPool>(
       po, [impl](int r) { impl->strategy->run_replica(r); },
       [impl](std::exception_ptr e) { impl->core.reducer->fail(e); });
+  impl_->core.reducer->set_spin(impl_->pool->spin());  // Note [Spinning before sleeping]
 }
 
 MirroredTrainer::~MirroredTrainer() { ParameterVersions::get().forget(this); }

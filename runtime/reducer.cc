@@ -4,6 +4,16 @@
 
 namespace omt {
 
+namespace {
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
 Reducer::Reducer(std::vector<std::vector<Tensor>> buckets, const Options& options, StepClock clock)
     : buckets_(std::move(buckets)), opt_(options), clock_(clock) {
   OMT_ASSERT(buckets_.empty() || static_cast<int>(buckets_.size()) == opt_.replicas, "the Reducer got buckets of ",
@@ -59,9 +69,22 @@ void Reducer::reduce(int b) {
   cv_.notify_all();
 }
 
+// Note [Spinning before sleeping]: a replica that reaches a meeting point first used to sleep
+// on cv_ at once, and the wake-up took tens of microseconds after the last one arrived (the
+// models/ MLP's two replicas: 30 us of a 1.4 ms step, waiting for the other's backward). With
+// each replica on cores of its own it checks for up to spin_ first, releasing the lock between
+// checks so that the others can arrive.
 template <class Done, class TimedOut>
 void Reducer::wait_until(std::unique_lock<std::mutex>& lock, Done done, TimedOut timed_out) {
   const auto deadline = Clock::now() + opt_.timeout;
+  if (spin_.count() > 0) {
+    const auto spin_until = Clock::now() + spin_;
+    while (!done() && !aborted_ && Clock::now() < spin_until) {
+      lock.unlock();
+      for (int i = 0; i < 32; ++i) cpu_relax();
+      lock.lock();
+    }
+  }
   while (!done()) {
     if (aborted_) throw_aborted();
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done()) timed_out();

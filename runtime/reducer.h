@@ -59,6 +59,11 @@ class Reducer {
   // "replica r waited ... for the other replicas ...".
   Waited barrier(int r, const char* what);
 
+  // Note [Spinning before sleeping]: how long wait_backward_done and barrier spin (checking,
+  // on the waiter's own core) before they sleep on the condition variable. Zero (the
+  // default) when replicas share cores. Set before the first step.
+  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
+
   // Records the first failure of the step and wakes every waiter, which then throws.
   void fail(std::exception_ptr e);
   std::exception_ptr first_error() const;
@@ -87,6 +92,7 @@ class Reducer {
   std::vector<std::vector<Tensor>> buckets_;
   Options opt_;
   StepClock clock_;
+  std::chrono::microseconds spin_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Bucket> sync_;       // guarded by mu_

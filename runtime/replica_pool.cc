@@ -55,6 +55,8 @@ ReplicaPool::ReplicaPool(const Options& options, std::function<void(int)> step,
 
 ReplicaPool::~ReplicaPool() { stop(); }
 
+std::chrono::microseconds ReplicaPool::spin() const { return pinnable() ? kSpin : std::chrono::microseconds(0); }
+
 int ReplicaPool::first_core(int r) const { return (opt_.local_process * opt_.replicas + r) * opt_.threads_per_replica; }
 
 void ReplicaPool::stop() {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <chrono>
 #include <vector>
 
 namespace omt {
@@ -38,6 +39,10 @@ class ReplicaPool {
   // Runs step(r) for every local replica at once and returns when all have returned. One
   // caller at a time; whatever the caller wrote before is visible to every step(r).
   void run();
+
+  // How long a waiting replica spins on its own core before it sleeps: kSpin when each
+  // replica has cores of its own (pinned), zero when replicas share cores.
+  std::chrono::microseconds spin() const;
 
  private:
   bool pinnable() const { return pinnable_; }

@@ -3,9 +3,11 @@
 // and starts exactly one all-reduce over the processes per bucket per step, and a wait
 // returns once that all-reduce is finished. The all-reduce is a fake two-process one whose
 // other process holds the same gradients, so the sum over the world is twice the local sum.
+// Only the test of spinning waiters runs a second thread, as the other replica.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -182,6 +184,35 @@ TEST(Reducer, BackwardDoneAndBarriersOpenWithTheLastReplica) {
   Reducer two({}, options(2, nullptr), StepClock());
   two.begin_step();
   EXPECT_THROW(two.barrier(0, "to meet"), Error);  // replica 1 never comes: a timeout
+}
+
+// Note [Spinning before sleeping]: with a spin set, a replica that arrives while the other is
+// spinning frees it (both threads meet at the backward's end and at two barriers, step after
+// step), and a replica that never arrives still ends the wait with a timeout naming it, once
+// the spin has passed.
+TEST(Reducer, SpinningWaitersMeetAndStillTimeOut) {
+  Reducer two({}, options(2, nullptr), StepClock());
+  two.set_spin(std::chrono::microseconds(300));
+  for (int step = 0; step < 50; ++step) {
+    two.begin_step();
+    std::thread other([&] {
+      two.wait_backward_done(1);
+      two.barrier(1, "to meet");
+      two.barrier(1, "to meet again");
+    });
+    two.wait_backward_done(0);
+    two.barrier(0, "to meet");
+    two.barrier(0, "to meet again");
+    other.join();
+  }
+  two.begin_step();
+  try {
+    two.wait_backward_done(0);
+    ADD_FAILURE() << "the wait returned with replica 1 missing";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
+    EXPECT_NE(std::string(e.what()).find("1 of 2 did"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
