@@ -442,7 +442,7 @@ BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark
 // Note [Pointwise weight gradients as dot products] (backends/cpu/conv/pointwise.h) and Note
 // [Pointwise convolutions on plain layouts] (conv/geometry.h): MobileNetV2's 1x1 convolutions
 // at 3x64x64, batch 64 (args: input channels, output channels, map side, pass: 0 forward, 1 dX,
-// 2 dW). Run against another build of the library (LD_LIBRARY_PATH) to compare.
+// 2 dW, 3 both). Run against another build of the library (LD_LIBRARY_PATH) to compare.
 void BM_PointwiseConv(benchmark::State& st) {
   const int64_t c = st.range(0), m = st.range(1), hw = st.range(2), pass = st.range(3), batch = 64;
   AttributeMap a;
@@ -456,15 +456,15 @@ void BM_PointwiseConv(benchmark::State& st) {
     node = std::make_unique<OneNode>("com.onnx-mirror", "ConvGrad", a,
                                      std::vector<Tensor>{random_tensor({batch, m, hw, hw}, 1),
                                                          random_tensor({batch, c, hw, hw}, 2), random_tensor({m, c, 1, 1}, 3)},
-                                     std::vector<bool>{pass == 1, pass == 2, false});
+                                     std::vector<bool>{pass == 1 || pass == 3, pass >= 2, false});
   node->run();
   for (auto _ : st) node->run();
-  set_flops(st, 2.0 * batch * hw * hw * m * c);
+  set_flops(st, 2.0 * batch * hw * hw * m * c * (pass == 3 ? 2 : 1));
 }
 BENCHMARK(BM_PointwiseConv)
-    ->ArgsProduct({{16}, {96}, {32}, {0, 1, 2}})->ArgsProduct({{32}, {16}, {32}, {0, 1, 2}})
-    ->ArgsProduct({{24}, {144}, {16}, {0, 1, 2}})->ArgsProduct({{144}, {24}, {16}, {0, 1, 2}})
-    ->ArgsProduct({{96}, {24}, {16}, {0, 1, 2}})->ArgsProduct({{32}, {192}, {8}, {0, 1, 2}})
+    ->ArgsProduct({{16}, {96}, {32}, {0, 1, 2, 3}})->ArgsProduct({{32}, {16}, {32}, {0, 1, 2, 3}})
+    ->ArgsProduct({{24}, {144}, {16}, {0, 1, 2, 3}})->ArgsProduct({{144}, {24}, {16}, {0, 1, 2, 3}})
+    ->ArgsProduct({{96}, {24}, {16}, {0, 1, 2, 3}})->ArgsProduct({{32}, {192}, {8}, {0, 1, 2}})
     ->ArgsProduct({{192}, {32}, {8}, {0, 1, 2}})->ArgsProduct({{64}, {384}, {4}, {0, 1, 2}})
     ->ArgsProduct({{96}, {576}, {4}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();

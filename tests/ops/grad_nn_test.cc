@@ -590,6 +590,39 @@ TEST(GradNnConv, PointwiseOnPlainAndBlockedLayouts) {
   expect_convolutions_match(cases, 240);
 }
 
+// Note [Both gradients of a pointwise convolution in one pass] (conv/pointwise.cc): ConvGrad
+// of MobileNetV2's 16 -> 96 at 32x32 (three samples, a group each), dX, dW and dB at once,
+// against their sums in float64 here. (Finite differences lose their digits over 300,000
+// outputs.)
+TEST(GradNnConv, PointwiseBothGradientsInOnePass) {
+  AttributeMap a;
+  a.set("kernel_shape", Ints{1, 1});
+  const int64_t n = 3, m = 96, c = 16, p = 1024;
+  const Tensor dy = random_tensor({n, m, 32, 32}, 250), x = random_tensor({n, c, 32, 32}, 251),
+               w = random_tensor({m, c, 1, 1}, 252);
+  const std::vector<Tensor> got = test::run_node("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 3);
+  const float *pdy = dy.data<float>(), *px = x.data<float>(), *pw = w.data<float>();
+  std::vector<double> dx(static_cast<size_t>(n * c * p)), dw(static_cast<size_t>(m * c)), db(static_cast<size_t>(m));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t q = 0; q < p; ++q) {
+        const double g = pdy[(b * m + i) * p + q];
+        db[static_cast<size_t>(i)] += g;
+        for (int64_t j = 0; j < c; ++j) {
+          dx[static_cast<size_t>((b * c + j) * p + q)] += g * pw[i * c + j];
+          dw[static_cast<size_t>(i * c + j)] += g * px[(b * c + j) * p + q];
+        }
+      }
+  const std::vector<double>* want[] = {&dx, &dw, &db};
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(got[k].numel(), static_cast<int64_t>(want[k]->size())) << "output " << k;
+    for (int64_t i = 0; i < got[k].numel(); ++i) {
+      const double v = (*want[k])[static_cast<size_t>(i)];
+      ASSERT_NEAR(got[k].data<float>()[i], v, 1e-4 * (1 + std::abs(v))) << "output " << k << " at " << i;
+    }
+  }
+}
+
 // ---- pooling ----------------------------------------------------------------------------
 
 TEST(GradNnPool, MaxPool2x2) {

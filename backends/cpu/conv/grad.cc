@@ -203,8 +203,9 @@ class ConvGradKernel : public OpKernel {
     Tensor* dx = output_wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
     Tensor* dw = output_wanted(info_, ctx, 1) ? &ctx.output(1, w.dtype(), w.shape()) : nullptr;
     Tensor* db = output_wanted(info_, ctx, 2) ? &ctx.output(2, w.dtype(), {m}) : nullptr;
+    dx_done_ = false;
     if (gemm_weight_grad(dy, x, w, s, d, pb, pe, dx, dw, db)) {
-      if (!dx) return;
+      if (!dx || dx_done_) return;
       dw = db = nullptr;  // done; oneDNN's backward data gives dX
     }
     if (db) {
@@ -318,6 +319,10 @@ class ConvGradKernel : public OpKernel {
   //   jit:avx512_core backward weights is the faster there (the same conv2 at batch 128, dX
   //   and dW: 12.9 against 15.3 ms; the CNN's two-replica step 31.9 -> 29.9 ms).
   static constexpr int64_t kGemmDwPixels = 100, kGemmDwFloats = 32768;
+  // Note [Both gradients of a pointwise convolution in one pass]: from this many floats of dY
+  // a sample (MobileNetV2's 16 -> 96 at 32x32: 98,304; its 24 -> 144 at 16x16, 36,864, ran
+  // level or slower that way).
+  static constexpr int64_t kBothGradsDyFloats = 65536;
   // Note [Convolutions on maps within the kernel's reach]: G's rows per block (1 MiB).
   static constexpr int64_t kDenseGradFloats = 262144;
   bool gemm_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const std::vector<int64_t>& s,
@@ -333,8 +338,13 @@ class ConvGradKernel : public OpKernel {
     if (info_.precision == MathPrecision::kFloat32 &&
         plain_pointwise(w.shape(), dy.shape(), s, pb, pe, attrs_.group, info_.precision) &&
         pointwise_dot_handles(m, c, p)) {
-      pointwise_weight_grad(dy.data<float>(), x.data<float>(), n, m, c, p, dw->data<float>());
+      // Note [Both gradients of a pointwise convolution in one pass] (conv/pointwise.cc): where
+      // dY has at least as many channels as dX and a sample's dY is large.
+      const bool both = dx && m >= c && m * p >= kBothGradsDyFloats;
+      pointwise_weight_grad(dy.data<float>(), x.data<float>(), n, m, c, p, dw->data<float>(), w.data<float>(),
+                            both ? dx->data<float>() : nullptr);
       if (db) bias_grad<float>(dy.data<float>(), db->data<float>(), n, m, p);
+      dx_done_ = both;
       return true;
     }
     const bool thin = !dx && k < kThinConvMacs;
@@ -580,6 +590,7 @@ class ConvGradKernel : public OpKernel {
   ShapeCache<ConvBackward> cache_;
   std::vector<float> col_, acc_;  // gemm_weight_grad's im2col columns and [dW | dB]
   PointwiseDots dots_;            // [dW | dB]'s sums there, as dot products
+  bool dx_done_ = false;          // gemm_weight_grad made dX too
   Tensor cut_w_, cut_dw_;         // W's live taps and their gradient (Note [Taps that see only padding])
   DenseMapCache dense_;           // Note [Convolutions on maps within the kernel's reach]
   DepthwisePlanes depthwise_;     // Note [Depthwise convolutions on phase planes], [Depthwise weight gradients]

@@ -38,7 +38,10 @@ class PointwiseDots {
   std::vector<float> sums_;
 };
 
-// dW [M, C] (overwritten) from dY [N, M, P] and X [N, C, P].
-void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw);
+// dW [M, C] (overwritten) from dY [N, M, P] and X [N, C, P]; with dx, also dX [N, C, P] =
+// W^T dY a sample at a time, from W [M, C], while the group's rows of dY are in L2 (Note
+// [Both gradients of a pointwise convolution in one pass]).
+void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m, int64_t c, int64_t p, float* dw,
+                           const float* w = nullptr, float* dx = nullptr);
 
 }  // namespace omt::cpu
