@@ -130,7 +130,7 @@ void ThinConv::plan(const Shape& x, const Shape& w, const Shape& y, const std::v
   key.insert(key.end(), y.begin(), y.end());
   for (const auto* v : {&s, &d, &pb}) key.insert(key.end(), v->begin(), v->end());
   if (key == planned_) return;
-  planned_ = std::move(key);
+  planned_.clear();  // set again last: a plan cut short by an allocation failure is no plan
   n_ = x[0], c_ = x[1], ih_ = x[2], iw_ = x[3];
   m_ = w[0], kh_ = w[2], kw_ = w[3];
   oh_ = y[2], ow_ = y[3];
@@ -149,6 +149,7 @@ void ThinConv::plan(const Shape& x, const Shape& w, const Shape& y, const std::v
       lanes_.push_back(first_lanes(ow_ - 16 * b));
     }
 #endif
+  planned_ = std::move(key);
 }
 
 void ThinConv::forward(const float* x, const float* w, const float* b, bool relu, float* y) {

@@ -1,5 +1,6 @@
 // Note [AVX2 clones of the reductions] (norm/moments.h): the float32 reductions compiled for
-// AVX2 and FMA, and the run-time choice.
+// AVX2 and FMA, and the run-time choice; Note [Double sums at AVX-512]: the batch statistics'
+// and gradient sums' blocks at AVX-512, four accumulators of 8 doubles.
 #include "backends/cpu/norm/moments.h"
 
 #include "backends/cpu/dnnl_util.h"
