@@ -184,9 +184,10 @@ TEST(MaxPoolReluGrad, OverlappingPaddedWindowsEqualPoolGradThenReluGrad) {
 }
 
 TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
-  // Rows of 5, 8, 4, 1, 13 and 17 windows: the SSE2 fours and the scalar tail.
+  // Rows of 5, 8, 4, 1, 13, 17, 16, 21 and 37 windows: the SSE2 fours and the scalar tail.
   for (const Shape& xs : {Shape{2, 3, 6, 10}, Shape{1, 4, 9, 17}, Shape{3, 1, 2, 8}, Shape{1, 1, 5, 3},
-                          Shape{2, 3, 26, 26}, Shape{1, 2, 4, 34}}) {
+                          Shape{2, 3, 26, 26}, Shape{1, 2, 4, 34}, Shape{2, 3, 4, 32}, Shape{1, 4, 7, 43},
+                          Shape{2, 2, 6, 74}}) {
     SCOPED_TRACE(shape_str(xs));
     const Shape ys = {xs[0], xs[1], xs[2] / 2, xs[3] / 2};
     const Tensor x = awkward_activations(xs, 6), dy = random_tensor(ys, 7);
