@@ -15,6 +15,14 @@
 
 namespace omt {
 
+// A spin-wait's pause between checks (x86's PAUSE: lets the sibling hyperthread run and
+// leaves the loop without a memory-order flush; a no-op elsewhere).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // The most threads one count may ask for (local replicas, kernel threads per replica):
 // 8 per core of this machine, the bound the command line applies (tools/cmd_common.cc).
 int max_thread_count();

@@ -1,18 +1,9 @@
 #include "runtime/reducer.h"
 
 #include "common/error.h"
+#include "common/threads.h"
 
 namespace omt {
-
-namespace {
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-}  // namespace
 
 Reducer::Reducer(std::vector<std::vector<Tensor>> buckets, const Options& options, StepClock clock)
     : buckets_(std::move(buckets)), opt_(options), clock_(clock) {

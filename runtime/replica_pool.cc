@@ -16,12 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::microseconds kSpin{300};
 
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // Pins the calling thread (and the OpenMP team it will start, which inherits the mask) to
 // cores [first, first + count).
 void pin_to_cores(int first, int count) {

@@ -203,9 +203,9 @@ class ConvGradKernel : public OpKernel {
     Tensor* dx = output_wanted(info_, ctx, 0) ? &ctx.output(0, x.dtype(), x.shape()) : nullptr;
     Tensor* dw = output_wanted(info_, ctx, 1) ? &ctx.output(1, w.dtype(), w.shape()) : nullptr;
     Tensor* db = output_wanted(info_, ctx, 2) ? &ctx.output(2, w.dtype(), {m}) : nullptr;
-    dx_done_ = false;
-    if (gemm_weight_grad(dy, x, w, s, d, pb, pe, dx, dw, db)) {
-      if (!dx || dx_done_) return;
+    const OwnGrads own = gemm_weight_grad(dy, x, w, s, d, pb, pe, dx, dw, db);
+    if (own != OwnGrads::kNone) {
+      if (!dx || own == OwnGrads::kWeightsAndData) return;
       dw = db = nullptr;  // done; oneDNN's backward data gives dX
     }
     if (db) {
@@ -302,7 +302,9 @@ class ConvGradKernel : public OpKernel {
   }
 
  private:
-  // The weight (and bias) gradient without oneDNN's backward-weights primitive, or false:
+  // What gemm_weight_grad computed: nothing, dW (and dB), or dX as well.
+  enum class OwnGrads { kNone, kWeights, kWeightsAndData };
+  // The weight (and bias) gradient without oneDNN's backward-weights primitive, or kNone:
   // - a pointwise convolution on plain layouts that pointwise_dot_handles (Note [Pointwise
   //   weight gradients as dot products] in conv/pointwise.h);
   // otherwise as one GEMM per sample over im2col columns with a row of ones appended (that
@@ -325,15 +327,15 @@ class ConvGradKernel : public OpKernel {
   static constexpr int64_t kBothGradsDyFloats = 65536;
   // Note [Convolutions on maps within the kernel's reach]: G's rows per block (1 MiB).
   static constexpr int64_t kDenseGradFloats = 262144;
-  bool gemm_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const std::vector<int64_t>& s,
-                        const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
-                        const std::vector<int64_t>& pe, Tensor* dx, Tensor* dw, Tensor* db) {
-    if (!dw || x.dtype() != DType::kFloat32 || attrs_.group != 1 || x.dim(0) == 0) return false;
+  OwnGrads gemm_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const std::vector<int64_t>& s,
+                            const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
+                            const std::vector<int64_t>& pe, Tensor* dx, Tensor* dw, Tensor* db) {
+    if (!dw || x.dtype() != DType::kFloat32 || attrs_.group != 1 || x.dim(0) == 0) return OwnGrads::kNone;
     const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0);
     const Shape xs(x.shape().begin() + 2, x.shape().end()), ys(dy.shape().begin() + 2, dy.shape().end());
     const Geometry g = make_geometry(xs, ys, Shape(w.shape().begin() + 2, w.shape().end()), s, d, pb);
     const int64_t k = c * g.k_size(), p = g.out_size();
-    if (p == 0) return false;
+    if (p == 0) return OwnGrads::kNone;
     // Note [Pointwise weight gradients as dot products] (conv/pointwise.h).
     if (info_.precision == MathPrecision::kFloat32 &&
         plain_pointwise(w.shape(), dy.shape(), s, pb, pe, attrs_.group, info_.precision) &&
@@ -344,15 +346,14 @@ class ConvGradKernel : public OpKernel {
       pointwise_weight_grad(dy.data<float>(), x.data<float>(), n, m, c, p, dw->data<float>(), w.data<float>(),
                             both ? dx->data<float>() : nullptr);
       if (db) bias_grad<float>(dy.data<float>(), db->data<float>(), n, m, p);
-      dx_done_ = both;
-      return true;
+      return both ? OwnGrads::kWeightsAndData : OwnGrads::kWeights;
     }
     const bool thin = !dx && k < kThinConvMacs;
     // (Pointwise convolutions on plain layouts have oneDNN's gemm convolution, no im2col copy.)
     const bool wide = !dnnl_has_avx512() && p >= kGemmDwPixels && m * (k + 1) <= kGemmDwFloats &&
                       info_.precision == MathPrecision::kFloat32 &&
                       !plain_pointwise(w.shape(), dy.shape(), s, pb, pe, attrs_.group, info_.precision);
-    if (!thin && !wide) return false;
+    if (!thin && !wide) return OwnGrads::kNone;
     col_.resize(static_cast<size_t>((k + 1) * p));
     std::fill(col_.begin() + k * p, col_.end(), 1.0f);
     acc_.assign(static_cast<size_t>(m * (k + 1)), 0.0f);
@@ -379,7 +380,7 @@ class ConvGradKernel : public OpKernel {
       std::copy(acc_.begin() + i * (k + 1), acc_.begin() + i * (k + 1) + k, pw + i * k);
       if (db) db->data<float>()[i] = acc_[static_cast<size_t>(i * (k + 1) + k)];
     }
-    return true;
+    return OwnGrads::kWeights;
   }
 
   // Note [Strided convolutions on small maps]: dX and dW by two GEMMs over the batch's stacked
@@ -590,7 +591,6 @@ class ConvGradKernel : public OpKernel {
   ShapeCache<ConvBackward> cache_;
   std::vector<float> col_, acc_;  // gemm_weight_grad's im2col columns and [dW | dB]
   PointwiseDots dots_;            // [dW | dB]'s sums there, as dot products
-  bool dx_done_ = false;          // gemm_weight_grad made dX too
   Tensor cut_w_, cut_dw_;         // W's live taps and their gradient (Note [Taps that see only padding])
   DenseMapCache dense_;           // Note [Convolutions on maps within the kernel's reach]
   DepthwisePlanes depthwise_;     // Note [Depthwise convolutions on phase planes], [Depthwise weight gradients]

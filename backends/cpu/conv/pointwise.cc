@@ -29,6 +29,11 @@ constexpr int64_t kPointwiseDotMaxPairs = 8192, kPointwiseDotMinPositions = 256;
 constexpr int64_t kGroupBytes = 512 * 1024;
 constexpr int kRows = 4, kCols = 6;  // output x input channels a block
 
+// Samples a group: as many as kGroupBytes of their dY and X rows hold, at least one.
+int64_t group_samples(int64_t m, int64_t c, int64_t p) {
+  return std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4));
+}
+
 #ifdef OMT_POINTWISE_DOT
 // dw[i * ldw + j] += sum over the group's samples s and positions q of
 // dy[s * dy_sample + i * p + q] x[s * x_sample + j * p + q], for i < MB, j < CB.
@@ -110,7 +115,7 @@ void PointwiseDots::add(const float* dy, const float* x, int64_t n, int64_t p) {
   const int64_t m = m_, c = c_;
 #ifdef OMT_POINTWISE_DOT
   if (lanes_per_pair_ == 16) {
-    const int64_t group = std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4));
+    const int64_t group = group_samples(m, c, p);
     for (int64_t n0 = 0; n0 < n; n0 += group) {
       const int64_t samples = std::min(group, n - n0);
       const float* dyg = dy + n0 * m * p;
@@ -158,7 +163,7 @@ void pointwise_weight_grad(const float* dy, const float* x, int64_t n, int64_t m
                            const float* w, float* dx) {
   thread_local PointwiseDots dots;
   dots.start(m, c);
-  const int64_t group = dx ? std::max<int64_t>(1, kGroupBytes / std::max<int64_t>(1, (m + c) * p * 4)) : n;
+  const int64_t group = dx ? group_samples(m, c, p) : n;
   for (int64_t n0 = 0; n0 < n; n0 += group) {
     const int64_t samples = std::min(group, n - n0);
     dots.add(dy + n0 * m * p, x + n0 * c * p, samples, p);
