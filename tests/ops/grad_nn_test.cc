@@ -421,8 +421,9 @@ TEST(GradNnConv, MapsWithinTheKernelsReachInSeveralBlocksOfG) {
 // Note [Winograd convolutions] (conv/geometry.h): a float32 3x3 stride-1 convolution with
 // channels in sixteens runs oneDNN's Winograd kernel on AVX-512 (the direct one elsewhere).
 // Its weight gradient always, its data gradient from kWinogradDataPositions output positions
-// a call: dX and dW of a 16-channel 6x6 case (dX direct) and of a 24x24 one (both Winograd)
-// against float64 sums (finite differences in float32 are too coarse for 144-term sums: they
+// a call on dX maps that its tiles fit (winograd_data_pass): dX and dW of a 16-channel 6x6
+// case (dX direct), of a 24x24 one (both Winograd) and of a 13x13 one without padding, enough
+// positions but tiles over 16x16 (dX direct), against float64 sums (finite differences in float32 are too coarse for 144-term sums: they
 // missed by 10% with the direct kernel too). Its forward from kWinogradForwardPositions: a
 // 64x64 map against the float64 im2col forward. The transforms round a few more times than
 // a direct sum; both stay within 1e-5 of the largest value.
@@ -430,7 +431,10 @@ TEST(GradNnConv, WinogradConvolutions) {
   expect_conv_grad_matches_float64({2, 16, 6, 6}, {16, 16, 3, 3}, 1, 300, 1e-5);
   ASSERT_LT(2 * 6 * 6, cpu::kWinogradDataPositions);
   expect_conv_grad_matches_float64({2, 16, 24, 24}, {16, 16, 3, 3}, 1, 305, 1e-5);
-  ASSERT_GE(2 * 24 * 24, cpu::kWinogradDataPositions);
+  ASSERT_TRUE(cpu::winograd_data_pass({2, 16, 24, 24}, {2, 16, 24, 24}));
+  expect_conv_grad_matches_float64({9, 16, 13, 13}, {16, 16, 3, 3}, 0, 307, 1e-5);
+  ASSERT_GE(9 * 11 * 11, cpu::kWinogradDataPositions);
+  ASSERT_FALSE(cpu::winograd_data_pass({9, 16, 13, 13}, {9, 16, 11, 11}));
   const Tensor x = random_tensor({2, 16, 64, 64}, 310), w = random_tensor({16, 16, 3, 3}, 311), b = random_tensor({16}, 312);
   ASSERT_GE(2 * 64 * 64, cpu::kWinogradForwardPositions);
   const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
@@ -451,6 +455,18 @@ TEST(GradNnConv, WinogradConvolutions) {
   EXPECT_FALSE(winograd_candidate({64, 64, 5, 5}, {32, 64, 8, 8}, one, one, 1));
   EXPECT_FALSE(winograd_candidate({32, 1, 3, 3}, {32, 32, 26, 26}, one, one, 1));
   EXPECT_FALSE(winograd_candidate({256, 256, 3, 3}, {32, 256, 2, 2}, one, one, 1));
+  // The data pass: ResNet-18's layer1 (8x8) at batch 32, 7x7 and 10x10 maps; not layer2's 4x4
+  // maps at batch 64, the CNN's conv2 (dX 13x13, tiles over 16x16) or 9x9 maps.
+  using cpu::winograd_data_pass;
+  EXPECT_TRUE(winograd_data_pass({32, 64, 8, 8}, {32, 64, 8, 8}));
+  EXPECT_TRUE(winograd_data_pass({32, 512, 7, 7}, {32, 512, 7, 7}));
+  EXPECT_TRUE(winograd_data_pass({32, 32, 10, 10}, {32, 64, 10, 10}));
+  EXPECT_FALSE(winograd_data_pass({15, 64, 8, 8}, {15, 64, 8, 8}));  // 960 positions
+  EXPECT_FALSE(winograd_data_pass({64, 128, 4, 4}, {64, 128, 4, 4}));
+  EXPECT_FALSE(winograd_data_pass({256, 32, 13, 13}, {256, 64, 11, 11}));
+  EXPECT_FALSE(winograd_data_pass({32, 32, 9, 9}, {32, 64, 9, 9}));
+  EXPECT_NEAR(cpu::winograd_tile_cover(13, 13), 169.0 / 256.0, 1e-12);
+  EXPECT_NEAR(cpu::winograd_tile_cover(10, 8), 10.0 / 12.0, 1e-12);
 }
 
 // Note [Strided convolutions on small maps] (conv/geometry.h): ConvGrad's dX and dW (and dB)

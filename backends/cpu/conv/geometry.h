@@ -71,8 +71,31 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // the kernel: ResNet-18's layer2 at batch 32 (512 positions), ConvGrad 1.12-1.31 -> 0.87-1.07
 // ms a call with the direct data pass (Zen 5, two replicas), level at batch 64, and slower
 // on layer1 at batch 32 (2048 positions). So it asks for it from kWinogradDataPositions.
+// The data pass's 4x4 output tiles cover dX's map, and where they overhang it much the
+// overhang's work is wasted: oneDNN's backward data alone (one thread, Zen 5, median of 30),
+// the models/ CNN's conv2 (dX 32x13x13, tiles over 16x16, 66% of it used) took 6.11 ms by
+// Winograd against 4.63 direct at batch 256, 2.73 against 2.39 at 128; 9x9 maps (56%) 1.25
+// against 1.19, 5x5 (39%) 0.73 against 0.35, ResNet-18's layer2 (4x4, one tile a map and
+// channel) 0.82-0.85 against 0.76 at batch 64; where the tiles fit, Winograd stays ahead:
+// 7x7 (77%) 14.3 against 26.8 (512 channels, batch 32), 10x10 (69%) 1.27 against 1.49, 11x11
+// 1.25 against 2.06, 8x8 0.58 against 1.10. So it also asks for dX maps of at least
+// kWinogradDataSide a side whose tiles use at least kWinogradDataCover of what they cover.
 constexpr int64_t kWinogradForwardPositions = 512, kWinogradForwardPositionsSlowWeights = 8192;
-constexpr int64_t kWinogradDataPositions = 1024;
+constexpr int64_t kWinogradDataPositions = 1024, kWinogradDataSide = 6;
+constexpr double kWinogradDataCover = 0.68;
+
+// The share of the 4x4 tiles over an h x w map that lies on the map.
+inline double winograd_tile_cover(int64_t h, int64_t w) {
+  auto along = [](int64_t n) { return static_cast<double>(n) / static_cast<double>(4 * ((n + 3) / 4)); };
+  return along(h) * along(w);
+}
+
+// Whether ConvGrad's data pass asks for Winograd (a winograd_candidate, float32 math): X's
+// shape x, the output's out (NCHW).
+inline bool winograd_data_pass(const Shape& x, const Shape& out) {
+  return out[0] * out[2] * out[3] >= kWinogradDataPositions && x[2] >= kWinogradDataSide &&
+         x[3] >= kWinogradDataSide && winograd_tile_cover(x[2], x[3]) >= kWinogradDataCover;
+}
 
 // Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
 // its float32 one computes a 3x3 stride-1 weight gradient faster than its bfloat16 direct one

@@ -452,7 +452,7 @@ class ConvGradKernel : public OpKernel {
     if (winograd_candidate(w, out, s, d, attrs_.group) && dnnl_has_avx512()) {
       const bool bf16 = info_.precision != MathPrecision::kFloat32;
       const PassMath wino{dnnl::algorithm::convolution_winograd, MathPrecision::kFloat32, bf16};
-      const bool wino_data = !bf16 && out[0] * out[2] * out[3] >= kWinogradDataPositions;
+      const bool wino_data = !bf16 && winograd_data_pass(x, out);
       try {
         return create(wino_data ? wino : direct, wino, x, w, out, s, d, pb, pe, want_dx, want_dw);
       } catch (const Error& e) {
