@@ -473,7 +473,8 @@ TEST(GradNnConv, WinogradConvolutions) {
 // of strided convolutions with at most kSmallMapPositions output positions a sample, by the
 // stacked-positions GEMMs, against float64 sums over every (output, tap) pair: ResNet-18's
 // layer3.0.conv1 (3x3 stride 2, 4x4 -> 2x2) and 1x1 stride-2 downsamples (to 2x2 and 1x1),
-// uneven strides, pads and dilations, a 1-D and a 3-D case; and which geometries take it.
+// uneven strides, pads and dilations, a 1-D and a 3-D case, pointwise ones on small maps;
+// and which geometries take it.
 struct StridedCase {
   Shape xs, ws;
   Ints strides, pads, dilations;  // pads: begin values, then end values
@@ -491,7 +492,8 @@ void expect_strided_conv_grad_matches_float64(const StridedCase& k, uint64_t see
     out[q] = (in[q] + k.pads[j] + k.pads[j + nsp] - (kk[q] - 1) * dl[q] - 1) / st[q] + 1;
     ys.push_back(out[q]);
   }
-  ASSERT_TRUE(cpu::strided_small_map(ys, k.strides, 1)) << "not the note's case: " << shape_str(ys);
+  ASSERT_TRUE(cpu::strided_small_map(ys, k.strides, 1) || cpu::pointwise_small_map(k.xs, k.ws, ys, 1))
+      << "not the note's case: " << shape_str(ys);
   const Tensor x = random_tensor(k.xs, seed), w = random_tensor(k.ws, seed + 1), dy = random_tensor(ys, seed + 2);
   const auto grads = test::run_node(
       "ConvGrad", "com.onnx-mirror",
@@ -532,6 +534,9 @@ TEST(GradNnConv, StridedConvolutionsOnSmallMaps) {
       {{2, 5, 5, 7}, {6, 5, 2, 3}, {3, 4}, {1, 0, 0, 2}, {1, 2}},      // 2x2 out, uneven
       {{2, 4, 9}, {3, 4, 3}, {3}, {1, 1}, {1}},                          // 1-D, 3 positions
       {{2, 3, 4, 3, 3}, {4, 3, 2, 3, 1}, {3, 2, 2}, {0, 1, 0, 0, 1, 0}, {1, 1, 1}},  // 3-D
+      {{4, 40, 2, 2}, {72, 40, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}},   // pointwise on 2x2 (MobileNetV2)
+      {{3, 24, 1, 3}, {8, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}},    // pointwise, 1x3
+      {{2, 16, 1}, {20, 16, 1}, {1}, {0, 0}, {1}},                       // pointwise, 1-D, one position
   };
   uint64_t seed = 400;
   for (const StridedCase& k : cases) expect_strided_conv_grad_matches_float64(k, seed += 3);
@@ -542,6 +547,13 @@ TEST(GradNnConv, StridedConvolutionsOnSmallMaps) {
   EXPECT_FALSE(strided_small_map({32, 256, 2, 2}, {1, 1}, 1));   // no stride: Winograd or the dense path
   EXPECT_FALSE(strided_small_map({32, 128, 4, 4}, {2, 2}, 1));   // 16 positions: oneDNN was faster
   EXPECT_FALSE(strided_small_map({32, 256, 2, 2}, {2, 2}, 256));  // depthwise
+  // Pointwise ones: 1x1 kernels whose maps keep their size, at most 4 positions, one group.
+  using cpu::pointwise_small_map;
+  EXPECT_TRUE(pointwise_small_map({64, 320, 2, 2}, {1280, 320, 1, 1}, {64, 1280, 2, 2}, 1));
+  EXPECT_FALSE(pointwise_small_map({64, 96, 4, 4}, {576, 96, 1, 1}, {64, 576, 4, 4}, 1));  // 16 positions
+  EXPECT_FALSE(pointwise_small_map({64, 96, 2, 2}, {96, 96, 3, 3}, {64, 96, 2, 2}, 1));    // 3x3
+  EXPECT_FALSE(pointwise_small_map({64, 96, 2, 2}, {96, 1, 1, 1}, {64, 96, 2, 2}, 96));    // groups
+  EXPECT_FALSE(pointwise_small_map({64, 96, 2, 2}, {96, 96, 1, 1}, {64, 96, 4, 4}, 1));    // padded
 }
 
 // An inference Session of one 3x3 pad-1 Conv whose weight `w` is a constant, run on inputs of

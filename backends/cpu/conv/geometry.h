@@ -389,6 +389,14 @@ inline Tensor live_taps(const TapCrop& crop, const Tensor& w, Tensor& own) {
 // -> 0.12, layer3.0's 0.18 -> 0.14; ResNet-18, 3 interleaved pairs, 2 replicas 27.79 -> 26.45
 // ms a step, 1 replica 49.20 -> 47.22. At 16 positions (layer2.0's 4x4 outputs, 64 input
 // channels) oneDNN was the faster (0.96 against 1.01 ms), so the bound is 4.
+// Pointwise convolutions (1x1 kernels, stride 1, no padding) on such maps are the same
+// GEMMs, the columns X transposed: those of MobileNetV2 at 3x64x64 on 2x2 maps (features.14
+// to 18, below kPointwisePlainPixels, where oneDNN's blocked kernels ran with their reorders)
+// ConvGrad ms a call, one replica: features.18.0 (320 -> 1280) 2.66 -> 1.97, features.17's
+// 960 -> 320 2.22 -> 1.55, features.15 and 16's 1.02-1.06 -> 0.89-0.90; the step 117.5 ->
+// 116.2 ms and 115.2 in a second run of 3 pairs (117.3 before), 2 replicas 64.9 -> 63.0. On 4x4 maps (features.7 to 13, 16 positions) the same
+// GEMMs were slower than the per-sample ones of Note [Pointwise convolutions on plain
+// layouts] (features.12's 576 -> 96: 1.24 -> 1.70 ms), so the bound is the same.
 constexpr int64_t kSmallMapPositions = 4;
 // The columns' largest size (64 MiB: layer3.0.conv1's at batch 3640), past which oneDNN runs.
 constexpr int64_t kSmallMapColumnFloats = int64_t{1} << 24;
@@ -397,6 +405,17 @@ inline bool strided_small_map(const Shape& out, const std::vector<int64_t>& s, i
   int64_t p = 1;
   for (size_t j = 2; j < out.size(); ++j) p *= out[j];
   return group == 1 && p > 0 && p <= kSmallMapPositions && std::any_of(s.begin(), s.end(), [](int64_t v) { return v > 1; });
+}
+
+// The pointwise case: W's kernel 1 along every dim and the output's maps X's (so stride 1
+// and no padding), at most kSmallMapPositions positions a sample.
+inline bool pointwise_small_map(const Shape& x, const Shape& w, const Shape& out, int64_t group) {
+  int64_t p = 1;
+  for (size_t j = 2; j < out.size(); ++j) {
+    if (w[j] != 1 || out[j] != x[j]) return false;
+    p *= out[j];
+  }
+  return group == 1 && out.size() > 2 && p > 0 && p <= kSmallMapPositions;
 }
 
 // Note [Convolutions on maps within the kernel's reach]: where every output position of a

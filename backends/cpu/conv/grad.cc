@@ -388,7 +388,9 @@ class ConvGradKernel : public OpKernel {
   bool small_map_grad(const Tensor& dy, const Tensor& x, const Tensor& w, const Shape& out,
                       const std::vector<int64_t>& s, const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
                       Tensor* dx, Tensor* dw) {
-    if ((!dx && !dw) || !strided_small_map(out, s, attrs_.group)) return false;
+    if ((!dx && !dw) ||
+        !(strided_small_map(out, s, attrs_.group) || pointwise_small_map(x.shape(), w.shape(), out, attrs_.group)))
+      return false;
     const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(0);
     std::vector<int64_t> key;
     append_key(key, x.shape());
