@@ -64,6 +64,7 @@ class BenchContext : public KernelContext {
   void set_output(int i, Tensor value) override { outputs_[i] = std::move(value); }
   bool output_used(int i) const override { return i < num_outputs() && used_[i]; }
   bool training() const override { return true; }
+  const Tensor& output_tensor(int i) const { return outputs_[static_cast<size_t>(i)]; }
 
  private:
   std::vector<Tensor> inputs_;
@@ -336,6 +337,30 @@ void BM_MaxPoolGrad(benchmark::State& st, ConvShape c, bool fused) {
   node.run();
   for (auto _ : st) node.run();
   set_bytes(st, 4.0 * batch * c.cout * (2 * h * h + o * o));  // read dY and X, write dX
+}
+
+// Note [Saved pooling taps] (graph/fusion.cc): MaxPoolTaps (the pool that also saves each
+// window's tap) and MaxPoolTapsGrad with the Relu's mask, which reads the taps instead of X.
+void BM_MaxPoolTaps(benchmark::State& st, ConvShape c) {
+  const int64_t batch = st.range(0), h = c.hw - 2, o = h / 2;
+  OneNode node("com.onnx-mirror", "MaxPoolTaps", pool_attrs(), {random_tensor({batch, c.cout, h, h}, 1)}, {true, true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * batch * c.cout * (h * h + o * o) + 1.0 * batch * c.cout * o * o);  // read X, write Y and T
+}
+
+void BM_MaxPoolTapsGrad(benchmark::State& st, ConvShape c) {
+  const int64_t batch = st.range(0), h = c.hw - 2, o = h / 2;
+  OneNode pool("com.onnx-mirror", "MaxPoolTaps", pool_attrs(), {random_tensor({batch, c.cout, h, h}, 2)}, {true, true});
+  pool.run();
+  AttributeMap a = pool_attrs();
+  a.set("relu", int64_t{1});
+  OneNode node("com.onnx-mirror", "MaxPoolTapsGrad", a,
+               {random_tensor({batch, c.cout, o, o}, 1), pool.ctx->output_tensor(1), random_tensor({batch, c.cout, h, h}, 2)},
+               {true});
+  node.run();
+  for (auto _ : st) node.run();
+  set_bytes(st, 4.0 * batch * c.cout * (h * h + o * o) + 1.0 * batch * c.cout * o * o);  // read dY and T, write dX
 }
 
 // ResNet-18's stem pool (3x3, stride 2, pad 1) on its [B, 64, 16, 16] input at 3x32x32: the
@@ -648,6 +673,10 @@ void register_model_benchmarks() {
     benchmark::RegisterBenchmark((std::string("MaxPoolGrad/") + c.name).c_str(), BM_MaxPoolGrad, c, false)
         ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark((std::string("MaxPoolReluGrad/") + c.name).c_str(), BM_MaxPoolGrad, c, true)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("MaxPoolTaps/") + c.name).c_str(), BM_MaxPoolTaps, c)
+        ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("MaxPoolTapsGrad/") + c.name).c_str(), BM_MaxPoolTapsGrad, c)
         ->Arg(128)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
   }
 }

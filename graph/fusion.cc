@@ -39,7 +39,84 @@ namespace omt {
 // make them later (the exporters put them just before the Clip) move before it. MobileNetV2
 // at 3x64x64, batch 64 (3 interleaved pairs, Zen 5): 1 replica 134.4 -> 127.0 ms a step, 2
 // replicas 74.9 -> 70.0; peak RSS 1023 -> 929 MiB.
+// Note [Saved pooling taps]: MaxPoolGrad(dP, X) finds each window's maximum in X again, and
+// where the windows tile X (2x2, stride 2, no padding: the models/ CNN's two pools) reading X
+// is much of its memory traffic (conv1's pool at batch 256: 22 MB of X, 5.5 MB of dP, 22 MB
+// of dX written). So the forward pool, which compares the same values, saves the tap each
+// window's gradient goes to, one byte an output (T, with bit 7 set where that tap's value is
+// > 0, ReluGrad's mask after a Relu), and the gradient reads T instead of X:
+// MaxPoolTaps(X) -> P, T, S = Shape(X) and MaxPoolTapsGrad(dP, T, S; relu). X need no longer
+// live until the backward: the CNN's conv1 activations (22 MB at batch 256) go once the
+// forward is done with them. The kernels are in backends/cpu/pool/taps.cc.
 namespace {
+
+bool is(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
+
+// MaxPool's 2x2 windows with stride 2, no padding (the windows of Note [Saved pooling taps]).
+bool two_by_two_pool(const Node& n) {
+  const AttributeMap& a = n.attrs;
+  const std::string auto_pad = a.get_string("auto_pad", "NOTSET");
+  const std::vector<int64_t> pads = a.get_ints("pads", {0, 0, 0, 0});
+  return a.get_ints("kernel_shape", {}) == std::vector<int64_t>{2, 2} &&
+         a.get_ints("strides", {1, 1}) == std::vector<int64_t>{2, 2} &&
+         a.get_ints("dilations", {1, 1}) == std::vector<int64_t>{1, 1} && a.get_int("ceil_mode", 0) == 0 &&
+         (auto_pad == "VALID" || (auto_pad == "NOTSET" && pads == std::vector<int64_t>{0, 0, 0, 0}));
+}
+
+// Note [Saved pooling taps]: rewrites each MaxPoolGrad or MaxPoolReluGrad of such a pool, and
+// the pool (one that no other pool shares X with); returns how many pools now save taps.
+int save_pool_taps(Graph& g) {
+  std::set<std::string> values;
+  for (const Node& n : g.nodes)
+    for (const auto& o : n.outputs) values.insert(o);
+  std::map<std::string, size_t> pool_of_input;  // X -> its 2x2 MaxPool
+  std::set<std::string> shared;                 // read by more than one
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& p = g.nodes[i];
+    if (!is(p, "", "MaxPool") || p.inputs.size() != 1 || p.outputs.empty() || p.outputs[0].empty() ||
+        (p.outputs.size() > 1 && !p.outputs[1].empty()) || !two_by_two_pool(p))
+      continue;
+    if (!pool_of_input.emplace(p.inputs[0], i).second) shared.insert(p.inputs[0]);
+  }
+  int count = 0;
+  std::map<size_t, Node> shape_after;  // pool index -> the Shape node that goes after it
+  for (Node& q : g.nodes) {
+    const bool relu = is(q, kOmtDomain, "MaxPoolReluGrad");
+    if (!(relu || is(q, kOmtDomain, "MaxPoolGrad")) || q.inputs.size() != 2 || q.outputs.size() != 1) continue;
+    const std::string x = q.inputs[1];
+    const auto it = pool_of_input.find(x);
+    if (it == pool_of_input.end() || shared.count(x) || !two_by_two_pool(q)) continue;
+    Node& p = g.nodes[it->second];
+    if (p.op_type == "MaxPool") {
+      const std::string taps = p.outputs[0] + "/taps", shape = p.outputs[0] + "/input_shape";
+      if (values.count(taps) || values.count(shape)) continue;
+      p.domain = kOmtDomain;
+      p.op_type = "MaxPoolTaps";
+      p.outputs.resize(1);
+      p.outputs.push_back(taps);
+      Node s;
+      s.name = p.name + "/input_shape";
+      s.op_type = "Shape";
+      s.inputs = {x};
+      s.outputs = {shape};
+      shape_after[it->second] = std::move(s);
+      ++count;
+    }
+    q.op_type = "MaxPoolTapsGrad";
+    q.attrs.set("relu", int64_t{relu ? 1 : 0});
+    q.inputs = {q.inputs[0], p.outputs[1], p.outputs[0] + "/input_shape"};
+  }
+  if (shape_after.empty()) return count;
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size() + shape_after.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    nodes.push_back(std::move(g.nodes[i]));
+    auto s = shape_after.find(i);
+    if (s != shape_after.end()) nodes.push_back(std::move(s->second));
+  }
+  g.nodes = std::move(nodes);
+  return count;
+}
 
 // Who reads each value; values in `keep` and graph outputs count as read elsewhere too.
 struct Readers {
@@ -67,7 +144,6 @@ struct Readers {
   }
 };
 
-bool is(const Node& n, const char* domain, const char* op) { return n.domain == domain && n.op_type == op; }
 
 // Note [Clip after batch normalisation]: for the BatchNormTraining at `i`, its Clip and, when
 // fusable, the ClipGrad and BatchNormTrainingGrad of the rule; clip < 0 when it does not apply.
@@ -140,7 +216,8 @@ FusionCounts fuse_graph(Graph& g, const std::set<std::string>& keep, const OpSup
   const bool pool_relu = supported(kOmtDomain, "MaxPoolReluGrad");
   const bool bn_relu = supported(kOmtDomain, "FusedBatchNormTraining");
   const bool bn_grad = supported(kOmtDomain, "FusedBatchNormTrainingGrad");
-  if (!conv_relu && !pool_relu && !bn_relu && !bn_grad) return counts;
+  const bool pool_taps = supported(kOmtDomain, "MaxPoolTaps") && supported(kOmtDomain, "MaxPoolTapsGrad");
+  if (!conv_relu && !pool_relu && !bn_relu && !bn_grad && !pool_taps) return counts;
   const Readers rw(g, keep);
   const std::map<std::string, int> producers = g.producers();
   std::vector<bool> removed(g.nodes.size(), false), hoisted(g.nodes.size(), false);
@@ -240,6 +317,7 @@ FusionCounts fuse_graph(Graph& g, const std::set<std::string>& keep, const OpSup
     if (!removed[i] && !hoisted[i]) kept.push_back(std::move(g.nodes[i]));
   }
   g.nodes = std::move(kept);
+  if (pool_taps) counts.pool_taps = save_pool_taps(g);
   return counts;
 }
 

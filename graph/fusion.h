@@ -8,6 +8,9 @@
 //                                      mask) and FusedBatchNormTrainingGrad ("SavedClip")
 //   ReluGrad(dZ, Z) or ClipGrad(dZ, Y, min, max) -> BatchNormTrainingGrad(., X, ...)
 //                                  =>  com.onnx-mirror:FusedBatchNormTrainingGrad
+//   MaxPool(X) over 2x2 windows, stride 2, with MaxPoolGrad or MaxPoolReluGrad(dP, X)
+//                                  =>  com.onnx-mirror:MaxPoolTaps(X) -> P, T, Shape(X) -> S
+//                                      and MaxPoolTapsGrad(dP, T, S) (Note [Saved pooling taps])
 // In models/cnn.onnx the first two are the 11 MB activations after conv1: each fusion saves a
 // pass over them (Note [Backward fusions] in fusion.cc; the normalisations' in Note [Fused
 // batch normalisation]). A fusion happens only where the backend has the fused kernel, and
@@ -28,7 +31,10 @@ struct FusionCounts {
   int batchnorm_relu = 0;       // forward: BatchNormTraining -> Relu
   int batchnorm_clip = 0;       // forward: BatchNormTraining -> Clip
   int batchnorm_grad_mask = 0;  // backward: ReluGrad or ClipGrad -> BatchNormTrainingGrad
-  int total() const { return conv_relu + maxpool_relu_grad + batchnorm_relu + batchnorm_clip + batchnorm_grad_mask; }
+  int pool_taps = 0;            // MaxPool whose gradient reads its saved taps
+  int total() const {
+    return conv_relu + maxpool_relu_grad + batchnorm_relu + batchnorm_clip + batchnorm_grad_mask + pool_taps;
+  }
 };
 
 // Whether the backend that will run the graph has a kernel for (domain, op_type).

@@ -3,8 +3,9 @@
 // MaxPoolReluGrad = ReluGrad(MaxPoolGrad); FusedBatchNormTraining = Relu(BatchNormTraining);
 // FusedBatchNormTrainingGrad = BatchNormTrainingGrad(ReluGrad or ClipGrad)), the SSE2 2x2
 // MaxPoolGrad path routes gradients
-// exactly like a plain reference loop (first maximum, NaN maximal), and the pass fuses only
-// what it may.
+// exactly like a plain reference loop (first maximum, NaN maximal), MaxPoolTaps and
+// MaxPoolTapsGrad = MaxPool and MaxPoolGrad (Note [Saved pooling taps]), and the pass fuses
+// only what it may.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -202,6 +203,74 @@ TEST(MaxPoolGrad, TwoByTwoPathRoutesLikeTheDefinition) {
           << op;
     }
   }
+}
+
+// ---- Note [Saved pooling taps] (graph/fusion.cc) -----------------------------------------
+
+// MaxPool(x) -> y and its gradient dx = MaxPoolGrad(dp, x), through ReluGrad(., x) with
+// `relu` (a Relu's output being the pool's input), outputs y and dx.
+Graph pool_and_grad(bool relu, const AttributeMap& attrs) {
+  Graph g = input_graph({{"x", DType::kUndefined}, {"dp", DType::kUndefined}}, "y");
+  g.outputs.push_back(ValueInfo{"dx", DType::kUndefined, {}});
+  g.nodes.push_back(make_node("", "MaxPool", {"x"}, {"y"}, attrs));
+  g.nodes.push_back(make_node(kOmtDomain, "MaxPoolGrad", {"dp", "x"}, {relu ? "da" : "dx"}, attrs));
+  if (relu) g.nodes.push_back(make_node(kOmtDomain, "ReluGrad", {"da", "x"}, {"dx"}));
+  return g;
+}
+
+// The pool that saves its taps and the gradient that reads them give MaxPool's Y and
+// MaxPoolGrad's (or MaxPoolReluGrad's) dX bit for bit, float32 (AVX-512 where the CPU has
+// it) and float64 (the plain loops): rows of 1 to 37 windows, odd sizes (a last row and
+// column no window reads), NaN, ties and zeros.
+TEST(MaxPoolTaps, PoolAndGradientEqualMaxPoolAndMaxPoolGrad) {
+  const AttributeMap a = pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0});
+  for (const Shape& xs : {Shape{2, 3, 6, 10}, Shape{1, 4, 9, 17}, Shape{3, 1, 2, 8}, Shape{1, 1, 5, 3},
+                          Shape{2, 3, 26, 26}, Shape{3, 5, 11, 11}, Shape{1, 2, 4, 34}, Shape{2, 3, 4, 32},
+                          Shape{1, 4, 7, 43}, Shape{2, 2, 6, 74}, Shape{1, 1, 2, 2}, Shape{1, 1, 3, 3}})
+    for (const bool relu : {false, true})
+      for (const bool f64 : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << shape_str(xs) << (relu ? ", Relu" : "") << (f64 ? ", float64" : ""));
+        const Shape ys = {xs[0], xs[1], xs[2] / 2, xs[3] / 2};
+        NamedTensors feeds;
+        const Tensor x = awkward_activations(xs, 8), dp = random_tensor(ys, 9);
+        feeds.set("x", f64 ? to_f64(x) : x);
+        feeds.set("dp", f64 ? to_f64(dp) : dp);
+        const Graph g = pool_and_grad(relu, a);
+        const NamedTensors want = run_all(g, feeds);
+        Graph fused = g;
+        const FusionCounts n = fuse_graph(fused, {}, cpu_supports());
+        EXPECT_EQ(n.pool_taps, 1);
+        ASSERT_EQ(fused.nodes.size(), 3u);
+        EXPECT_EQ(fused.nodes[0].op_type, "MaxPoolTaps");
+        EXPECT_EQ(fused.nodes[1].op_type, "Shape");
+        EXPECT_EQ(fused.nodes[2].op_type, "MaxPoolTapsGrad");
+        for (const auto& in : fused.nodes[2].inputs) EXPECT_NE(in, "x") << "the gradient must not keep X alive";
+        const NamedTensors got = run_all(fused, feeds);
+        EXPECT_TRUE(tensors_identical(got.at("y"), want.at("y")));
+        EXPECT_TRUE(tensors_identical(got.at("dx"), want.at("dx")));
+        if (!f64) {
+          EXPECT_TRUE(tensors_identical(got.at("dx"), reference_pool_grad_2d(x, dp, {2, 2}, {2, 2}, {0, 0, 0, 0},
+                                                                            {1, 1}, relu)));
+        }
+      }
+}
+
+// Which pools save their taps: 2x2 windows, stride 2, no padding, X read by no other pool, and
+// no Indices output asked for; the rewrite keeps the others as they were.
+TEST(MaxPoolTaps, OnlyTwoByTwoPoolsOfTheirOwnInputSaveTaps) {
+  EXPECT_EQ(fuse_graph(*std::make_unique<Graph>(pool_and_grad(true, pool_attrs({3, 3}, {2, 2}, {1, 1, 1, 1}))), {},
+                       cpu_supports()).pool_taps,
+            0);
+  EXPECT_EQ(fuse_graph(*std::make_unique<Graph>(pool_and_grad(false, pool_attrs({2, 2}, {2, 2}, {0, 1, 0, 1}))), {},
+                       cpu_supports()).pool_taps,
+            0);
+  Graph shared = pool_and_grad(false, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0}));
+  shared.nodes.push_back(make_node("", "MaxPool", {"x"}, {"y2"}, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0})));
+  EXPECT_EQ(fuse_graph(shared, {}, cpu_supports()).pool_taps, 0);
+  Graph indices = pool_and_grad(false, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0}));
+  indices.nodes[0].outputs.push_back("indices");
+  EXPECT_EQ(fuse_graph(indices, {}, cpu_supports()).pool_taps, 0);
+  EXPECT_EQ(indices.nodes[0].op_type, "MaxPool");
 }
 
 // 2-D max pooling geometries for the tap-major paths, forward and backward: overlapping,
