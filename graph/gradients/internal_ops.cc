@@ -16,6 +16,8 @@ OMT_INTERNAL_NO_GRADIENT("MatMulGrad");
 OMT_INTERNAL_NO_GRADIENT("ConvGrad");
 OMT_INTERNAL_NO_GRADIENT("MaxPoolGrad");
 OMT_INTERNAL_NO_GRADIENT("MaxPoolReluGrad");
+OMT_INTERNAL_NO_GRADIENT("MaxPoolTaps");  // forward, but created after autodiff (graph/fusion.h)
+OMT_INTERNAL_NO_GRADIENT("MaxPoolTapsGrad");
 OMT_INTERNAL_NO_GRADIENT("FusedConv");  // forward, but created after autodiff (graph/fusion.h)
 OMT_INTERNAL_NO_GRADIENT("AveragePoolGrad");
 OMT_INTERNAL_NO_GRADIENT("GlobalAveragePoolGrad");
