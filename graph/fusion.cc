@@ -39,6 +39,7 @@ namespace omt {
 // make them later (the exporters put them just before the Clip) move before it. MobileNetV2
 // at 3x64x64, batch 64 (3 interleaved pairs, Zen 5): 1 replica 134.4 -> 127.0 ms a step, 2
 // replicas 74.9 -> 70.0; peak RSS 1023 -> 929 MiB.
+
 // Note [Saved pooling taps]: MaxPoolGrad(dP, X) finds each window's maximum in X again, and
 // where the windows tile X (2x2, stride 2, no padding: the models/ CNN's two pools) reading X
 // is much of its memory traffic (conv1's pool at batch 256: 22 MB of X, 5.5 MB of dP, 22 MB
@@ -143,7 +144,6 @@ struct Readers {
     return r.size() == 1 ? r[0] : -1;
   }
 };
-
 
 // Note [Clip after batch normalisation]: for the BatchNormTraining at `i`, its Clip and, when
 // fusable, the ClipGrad and BatchNormTrainingGrad of the rule; clip < 0 when it does not apply.

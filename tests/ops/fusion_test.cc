@@ -258,12 +258,10 @@ TEST(MaxPoolTaps, PoolAndGradientEqualMaxPoolAndMaxPoolGrad) {
 // Which pools save their taps: 2x2 windows, stride 2, no padding, X read by no other pool, and
 // no Indices output asked for; the rewrite keeps the others as they were.
 TEST(MaxPoolTaps, OnlyTwoByTwoPoolsOfTheirOwnInputSaveTaps) {
-  EXPECT_EQ(fuse_graph(*std::make_unique<Graph>(pool_and_grad(true, pool_attrs({3, 3}, {2, 2}, {1, 1, 1, 1}))), {},
-                       cpu_supports()).pool_taps,
-            0);
-  EXPECT_EQ(fuse_graph(*std::make_unique<Graph>(pool_and_grad(false, pool_attrs({2, 2}, {2, 2}, {0, 1, 0, 1}))), {},
-                       cpu_supports()).pool_taps,
-            0);
+  Graph stem = pool_and_grad(true, pool_attrs({3, 3}, {2, 2}, {1, 1, 1, 1}));
+  EXPECT_EQ(fuse_graph(stem, {}, cpu_supports()).pool_taps, 0);
+  Graph padded = pool_and_grad(false, pool_attrs({2, 2}, {2, 2}, {0, 1, 0, 1}));
+  EXPECT_EQ(fuse_graph(padded, {}, cpu_supports()).pool_taps, 0);
   Graph shared = pool_and_grad(false, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0}));
   shared.nodes.push_back(make_node("", "MaxPool", {"x"}, {"y2"}, pool_attrs({2, 2}, {2, 2}, {0, 0, 0, 0})));
   EXPECT_EQ(fuse_graph(shared, {}, cpu_supports()).pool_taps, 0);

@@ -393,10 +393,11 @@ inline Tensor live_taps(const TapCrop& crop, const Tensor& w, Tensor& own) {
 // GEMMs, the columns X transposed: those of MobileNetV2 at 3x64x64 on 2x2 maps (features.14
 // to 18, below kPointwisePlainPixels, where oneDNN's blocked kernels ran with their reorders)
 // ConvGrad ms a call, one replica: features.18.0 (320 -> 1280) 2.66 -> 1.97, features.17's
-// 960 -> 320 2.22 -> 1.55, features.15 and 16's 1.02-1.06 -> 0.89-0.90; the step 117.5 ->
-// 116.2 ms and 115.2 in a second run of 3 pairs (117.3 before), 2 replicas 64.9 -> 63.0. On 4x4 maps (features.7 to 13, 16 positions) the same
-// GEMMs were slower than the per-sample ones of Note [Pointwise convolutions on plain
-// layouts] (features.12's 576 -> 96: 1.24 -> 1.70 ms), so the bound is the same.
+// 960 -> 320 2.22 -> 1.55, features.15 and 16's 1.02-1.06 -> 0.89-0.90; steps (3 interleaved
+// pairs) 117.3 -> 115.2 ms on one replica, 64.9 -> 63.0 on two. On 4x4 maps (features.7 to
+// 13, 16 positions) the same GEMMs were slower than the per-sample ones of Note [Pointwise
+// convolutions on plain layouts] (features.12's 576 -> 96: 1.24 -> 1.70 ms), so the bound is
+// the same.
 constexpr int64_t kSmallMapPositions = 4;
 // The columns' largest size (64 MiB: layer3.0.conv1's at batch 3640), past which oneDNN runs.
 constexpr int64_t kSmallMapColumnFloats = int64_t{1} << 24;
