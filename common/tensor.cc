@@ -106,27 +106,28 @@ Tensor Tensor::clone() const {
 
 std::string Tensor::describe() const { return str_cat(dtype_name(dtype_), shape_str(shape_)); }
 
+int64_t NamedTensors::find(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
 void NamedTensors::set(const std::string& name, Tensor t) {
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i] == name) {
-      tensors_[i] = std::move(t);
-      return;
-    }
+  const int64_t i = find(name);
+  if (i >= 0) {
+    tensors_[static_cast<size_t>(i)] = std::move(t);
+    return;
   }
+  index_.emplace(name, names_.size());
   names_.push_back(name);
   tensors_.push_back(std::move(t));
 }
 
-bool NamedTensors::has(const std::string& name) const {
-  for (const auto& n : names_)
-    if (n == name) return true;
-  return false;
-}
+bool NamedTensors::has(const std::string& name) const { return find(name) >= 0; }
 
 const Tensor& NamedTensors::at(const std::string& name) const {
-  for (size_t i = 0; i < names_.size(); ++i)
-    if (names_[i] == name) return tensors_[i];
-  OMT_FAIL(kInvalidArgument, "no tensor named '", name, "'");
+  const int64_t i = find(name);
+  if (i < 0) OMT_FAIL(kInvalidArgument, "no tensor named '", name, "'");
+  return tensors_[static_cast<size_t>(i)];
 }
 
 Tensor& NamedTensors::at(const std::string& name) {
@@ -134,14 +135,13 @@ Tensor& NamedTensors::at(const std::string& name) {
 }
 
 bool NamedTensors::erase(const std::string& name) {
-  for (size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i] == name) {
-      names_.erase(names_.begin() + static_cast<long>(i));
-      tensors_.erase(tensors_.begin() + static_cast<long>(i));
-      return true;
-    }
-  }
-  return false;
+  const int64_t i = find(name);
+  if (i < 0) return false;
+  index_.erase(name);  // first: `name` may be names_[i]
+  names_.erase(names_.begin() + static_cast<long>(i));
+  tensors_.erase(tensors_.begin() + static_cast<long>(i));
+  for (size_t j = static_cast<size_t>(i); j < names_.size(); ++j) index_[names_[j]] = j;
+  return true;
 }
 
 const char* error_kind_name(ErrorKind kind) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/dtype.h"
@@ -125,8 +126,12 @@ class NamedTensors {
   bool erase(const std::string& name);
 
  private:
+  // The position of `name` in names_, or -1.
+  int64_t find(const std::string& name) const;
+
   std::vector<std::string> names_;
   std::vector<Tensor> tensors_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in names_
 };
 
 }  // namespace omt

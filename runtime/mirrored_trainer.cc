@@ -249,6 +249,7 @@ MirroredTrainer::MirroredTrainer(std::shared_ptr<const Model> model, const Train
   if (options.fuse)
     fusable = [probe](const std::string& domain, const std::string& op) { return probe->supports(domain, op); };
   m.plan = plan_mirror(m.tg, options.bucket_cap_bytes, options.first_bucket_bytes, fusable);
+  m.batchnorm_state_names.insert(m.plan.batchnorm_states.begin(), m.plan.batchnorm_states.end());
   m.processes = HostCollectives(options.comm, options.session.device, options.timeout);
   // Note [Configuration fingerprint]: before the first collective (the parameter broadcast).
   if (options.config_check && m.processes.several())
@@ -360,8 +361,9 @@ MirroredStepResult MirroredTrainer::run_step(const std::vector<const std::vector
   // Loss and BatchNorm statistics: summed / averaged over local replicas, then processes.
   std::vector<float> packed = {0.0f};
   for (auto& rep : m.reps) packed[0] += static_cast<float>(rep.loss);
-  // On a GPU the statistics are downloaded, and only when there is something to average.
-  const bool average = !strategy.on_device() || world_size() > 1;
+  // Only where there is something to average (on a GPU the statistics are downloaded for it):
+  // one replica's copies cost MobileNetV2 a tensor a normalisation state a step.
+  const bool average = world_size() > 1;
   if (average)
     for (const auto& s : m.plan.batchnorm_states) {
       std::vector<Tensor> values;

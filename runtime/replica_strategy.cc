@@ -25,10 +25,6 @@ namespace omt {
 // Notes [Sliced update] and [Local sum in the update]); on GPUs each replica reduces its own
 // buckets on its stream instead (Note [Replicas on GPUs] in runtime/device_replicas.cc).
 
-bool MirrorCore::is_batchnorm_state(const std::string& name) const {
-  return std::find(plan.batchnorm_states.begin(), plan.batchnorm_states.end(), name) != plan.batchnorm_states.end();
-}
-
 void ReplicaStrategy::record_wait(int r, const Waited& w, const char* what, int b) {
   Replica& rep = m_.reps[r];
   rep.exposed_ms += w.us() / 1000.0;
@@ -59,7 +55,7 @@ void ReplicaStrategy::run_whole_update(int r, const Replica& reduced, RunHooks& 
   for (const auto& p : tg.params) f.set(p.name, rep.params.at(p.name));
   for (size_t k = 0; k < tg.params.size(); ++k) f.set(m_.plan.grads[k], reduced.grad_views[k]);
   for (const auto& s : tg.states)
-    if (rep.update->model().graph.find_input(s.name)) f.set(s.name, rep.state.at(s.name));
+    if (rep.update->has_input(s.name)) f.set(s.name, rep.state.at(s.name));
   NamedTensors out = rep.update->run(f, &hooks);
   for (const auto& p : tg.params) store(r, p.name, rep.params.at(p.name), out.at(p.updated));
   for (const auto& s : tg.states)

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/host_collectives.h"
@@ -54,7 +55,8 @@ struct MirrorCore {
   float lr = 0;
   double grad_norm = 0;  // Note [Clipping]: the step's norm before clipping, by replica 0
 
-  bool is_batchnorm_state(const std::string& name) const;
+  std::unordered_set<std::string> batchnorm_state_names;  // plan.batchnorm_states, looked up every step
+  bool is_batchnorm_state(const std::string& name) const { return batchnorm_state_names.count(name) != 0; }
   int global_replica(int r) const { return R * processes.rank() + r; }
 };
 

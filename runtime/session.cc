@@ -1,13 +1,13 @@
 #include "runtime/session.h"
 
 #include <algorithm>
-
-#include "common/threads.h"
-#include "graph/autodiff.h"
-
 #include <cstring>
 #include <map>
 #include <set>
+#include <unordered_set>
+
+#include "common/threads.h"
+#include "graph/autodiff.h"
 
 namespace omt {
 
@@ -46,6 +46,7 @@ struct Session::Plan {
   std::vector<bool> is_constant;  // initializer slots: never released
   std::map<std::string, int> slot_of;
   std::vector<int> input_slots;   // per graph input
+  std::unordered_set<std::string> input_names;  // the graph's inputs (check_feeds, has_input)
   std::vector<int> output_slots;  // per graph output
   std::vector<Step> steps;
   std::map<int, Tensor> bound;    // slot -> caller-owned buffer the producer writes into
@@ -197,7 +198,10 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions& optio
     p.slots[s] = g.initializers.at(name);
     p.is_constant[s] = true;
   }
-  for (const auto& in : g.inputs) p.input_slots.push_back(p.slot(in.name));
+  for (const auto& in : g.inputs) {
+    p.input_slots.push_back(p.slot(in.name));
+    p.input_names.insert(in.name);
+  }
   for (const auto& n : g.nodes) {
     Plan::Step step;
     step.node = &n;
@@ -273,6 +277,8 @@ Session::~Session() = default;
 
 Backend& Session::backend() const { return *plan_->backend; }
 
+bool Session::has_input(const std::string& name) const { return plan_->input_names.count(name) != 0; }
+
 void Session::check_feeds(const NamedTensors& feeds) const {
   const Graph& g = model_->graph;
   auto input_list = [&] {
@@ -281,7 +287,7 @@ void Session::check_feeds(const NamedTensors& feeds) const {
     return s;
   };
   for (const auto& name : feeds.names())
-    OMT_CHECK(g.find_input(name), kInvalidArgument, "data array '", name,
+    OMT_CHECK(plan_->input_names.count(name), kInvalidArgument, "data array '", name,
               "' matches no input of the model; its inputs are: ", input_list(),
               ". Rename the array to the input's name.");
   std::map<std::string, int64_t> symbols;

@@ -80,6 +80,8 @@ class Session {
   int updates_input(int i, int o) const;
 
   const Model& model() const { return *model_; }
+  // Whether the graph has an input named `name` (a hash lookup: the trainer asks every step).
+  bool has_input(const std::string& name) const;
   const SessionOptions& options() const { return options_; }
   // The backend the kernels run on; its copies move this Session's values (to_host ...).
   Backend& backend() const;

@@ -1,4 +1,4 @@
-// dtype conversions and the tensor handle.
+// dtype conversions, the tensor handle and NamedTensors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +32,29 @@ TEST(Tensor, ReshapeSharesAndCloneCopies) {
   EXPECT_EQ(t.data<float>()[0], 1);
   EXPECT_THROW(t.data<int64_t>(), Error);
   EXPECT_EQ(t.describe(), "float32[2,3]");
+}
+
+// NamedTensors keeps insertion order and finds names by its hash index, also after a set
+// that replaces, an erase (the later names move up) and a copy.
+TEST(NamedTensors, KeepsOrderAndFindsEveryNameAfterReplaceEraseAndCopy) {
+  NamedTensors t;
+  for (int i = 0; i < 300; ++i) t.set("layer" + std::to_string(i) + ".weight", Tensor::scalar<float>(static_cast<float>(i)));
+  t.set("layer7.weight", Tensor::scalar<float>(-7.0f));  // replaces in place
+  EXPECT_EQ(t.size(), 300u);
+  EXPECT_EQ(t.names()[7], "layer7.weight");
+  EXPECT_EQ(t.at("layer7.weight").data<float>()[0], -7.0f);
+  EXPECT_TRUE(t.erase(t.names()[5]));  // a name held by the map itself
+  EXPECT_FALSE(t.erase("layer5.weight"));
+  EXPECT_FALSE(t.has("layer5.weight"));
+  EXPECT_EQ(t.names()[5], "layer6.weight");
+  const NamedTensors copy = t;
+  for (int i = 0; i < 300; ++i) {
+    if (i == 5) continue;
+    const std::string name = "layer" + std::to_string(i) + ".weight";
+    ASSERT_TRUE(copy.has(name)) << name;
+    EXPECT_EQ(copy.at(name).data<float>()[0], i == 7 ? -7.0f : static_cast<float>(i)) << name;
+  }
+  EXPECT_THROW(copy.at("layer5.weight"), Error);
 }
 
 }  // namespace
