@@ -9,10 +9,10 @@
 
 #include "backends/cpu/dnnl_util.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "backends/cpu/avx512.h"
+
+#ifdef OMT_AVX512
 #define OMT_POINTWISE_DOT 1
-#define OMT_AVX512_TARGET __attribute__((target("avx512f")))
 #endif
 
 namespace omt::cpu {

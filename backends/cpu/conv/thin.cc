@@ -9,10 +9,10 @@
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/dnnl_util.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "backends/cpu/avx512.h"
+
+#ifdef OMT_AVX512
 #define OMT_THIN_CONV 1
-#define OMT_AVX512_TARGET __attribute__((target("avx512f")))
 #endif
 
 namespace omt::cpu {
@@ -27,10 +27,6 @@ constexpr int kChannels = 8, kBlocks = 3;  // output channels x 16-position bloc
 OMT_AVX512_TARGET inline __mmask16 inside(int64_t base, int64_t size) {
   const int64_t lo = std::clamp<int64_t>(-base, 0, 16), hi = std::clamp<int64_t>(size - base, 0, 16);
   return hi > lo ? static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : 0;
-}
-
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
 }
 
 // A band's im2col columns: cols[((c KH + i) KW + j) stride + (r - r0) OW + o] = X[c, r s0 + i d0 - p0,

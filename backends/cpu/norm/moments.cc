@@ -3,12 +3,8 @@
 // and gradient sums' blocks at AVX-512, four accumulators of 8 doubles.
 #include "backends/cpu/norm/moments.h"
 
+#include "backends/cpu/avx512.h"
 #include "backends/cpu/dnnl_util.h"
-
-#ifdef OMT_AVX2_CLONES
-#include <immintrin.h>
-#define OMT_AVX512_TARGET __attribute__((target("avx512f")))
-#endif
 
 namespace omt::cpu {
 

@@ -126,11 +126,7 @@ void max_pool_rows(const PoolGeometry& g, int64_t planes, const T* x, T* y) {
 
 // 2x2 windows with stride 2 and no padding, without Indices (max_pool_2x2).
 bool two_by_two(const PoolAttrs& attrs, const PoolGeometry& g) {
-  return attrs.kernel.size() == 2 && attrs.kernel == std::vector<int64_t>{2, 2} &&
-         attrs.strides == std::vector<int64_t>{2, 2} && attrs.dilations == std::vector<int64_t>{1, 1} &&
-         g.out[1] * 2 <= g.in[1] && g.out[2] * 2 <= g.in[2] &&
-         (attrs.auto_pad == "VALID" ||
-          (attrs.auto_pad == "NOTSET" && attrs.pads == std::vector<int64_t>{0, 0, 0, 0}));
+  return attrs.tiles_2x2() && g.out[1] * 2 <= g.in[1] && g.out[2] * 2 <= g.in[2];
 }
 
 template <class T>

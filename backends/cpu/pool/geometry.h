@@ -36,6 +36,14 @@ struct PoolAttrs {
 
   // Reads and validates the node's attributes (model errors name the node).
   void read(const KernelInfo& info, bool has_dilations);
+  // 2-D windows of 2x2 with stride 2, dilation 1, no padding and no ceil mode: they tile the
+  // input, the CNN case of max_pool_2x2 (pool/forward.cc), MaxPoolGrad's 2x2 path (pool/grad.cc)
+  // and Note [Saved pooling taps] (pool/taps.cc).
+  bool tiles_2x2() const {
+    return kernel == std::vector<int64_t>{2, 2} && strides == std::vector<int64_t>{2, 2} &&
+           dilations == std::vector<int64_t>{1, 1} && !ceil_mode &&
+           (auto_pad == "VALID" || (auto_pad == "NOTSET" && pads == std::vector<int64_t>{0, 0, 0, 0}));
+  }
   // Output shape and windows for input x of shape [N, C, spatial...], written into `g`
   // (its vectors are reused, so a steady caller allocates nothing).
   void geometry(const Shape& x, const std::string& where, Shape& out_shape, PoolGeometry& g) const;

@@ -34,6 +34,8 @@ class PoolWindows {
     return geom_;
   }
 
+  const PoolAttrs& attrs() const { return attrs_; }
+
  private:
   std::string where_;
   PoolAttrs attrs_;
@@ -189,14 +191,7 @@ class MaxPoolGradKernel : public OpKernel {
  public:
   explicit MaxPoolGradKernel(const KernelInfo& info)
       : info_(info), windows_(info, true), relu_(info.op_type == "MaxPoolReluGrad") {
-    const AttributeMap& a = info.attr();
-    const auto pads = a.get_ints("pads", {0, 0, 0, 0});
-    const std::string auto_pad = a.get_string("auto_pad", "NOTSET");
-    fast_2x2_ = a.get_ints("kernel_shape") == std::vector<int64_t>{2, 2} &&
-                a.get_ints("strides", {1, 1}) == std::vector<int64_t>{2, 2} &&
-                a.get_ints("dilations", {1, 1}) == std::vector<int64_t>{1, 1} &&
-                std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
-                a.get_int("ceil_mode", 0) == 0 && (auto_pad == "NOTSET" || auto_pad == "VALID");
+    fast_2x2_ = windows_.attrs().tiles_2x2();
   }
 
   void compute(KernelContext& ctx) override {

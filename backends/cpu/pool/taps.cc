@@ -16,15 +16,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cpu/avx512.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/pool/geometry.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define OMT_POOL_TAPS_AVX512 1
-#define OMT_AVX512_TARGET __attribute__((target("avx512f")))
-#endif
 
 namespace omt::cpu {
 namespace {
@@ -36,10 +31,10 @@ struct TapsGeometry {
   int64_t planes, h, w, oh, ow;
 };
 
-// Windows [from, ow) of one row: inputs r0, r1 (2 * ow columns), outputs y and taps t.
+// One row of windows: inputs r0, r1 (2 * ow columns), outputs y and taps t (ow each).
 template <class T>
-void taps_row(const T* r0, const T* r1, T* y, uint8_t* t, int64_t from, int64_t ow) {
-  for (int64_t ox = from; ox < ow; ++ox) {
+void taps_row(const T* r0, const T* r1, T* y, uint8_t* t, int64_t ow) {
+  for (int64_t ox = 0; ox < ow; ++ox) {
     const T a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
     const T ab = a > b ? a : b, cd = c > d ? c : d;
     y[ox] = ab > cd ? ab : cd;
@@ -54,10 +49,10 @@ void taps_row(const T* r0, const T* r1, T* y, uint8_t* t, int64_t from, int64_t 
   }
 }
 
-// The gradients g of windows [from, ow) of one row into dX rows d0, d1.
+// One row of windows' gradients g (ow) into dX rows d0, d1.
 template <class T, bool kRelu>
-void taps_grad_row(const uint8_t* t, const T* g, T* d0, T* d1, int64_t from, int64_t ow) {
-  for (int64_t ox = from; ox < ow; ++ox) {
+void taps_grad_row(const uint8_t* t, const T* g, T* d0, T* d1, int64_t ow) {
+  for (int64_t ox = 0; ox < ow; ++ox) {
     const uint8_t tap = t[ox] & kTapBits;
     const T gv = !kRelu || (t[ox] & kPositive) ? g[ox] : T(0);
     d0[2 * ox] = tap == 0 ? gv : T(0);
@@ -72,7 +67,7 @@ void taps_forward(const TapsGeometry& q, const T* x, T* y, uint8_t* t) {
   for (int64_t p = 0; p < q.planes; ++p)
     for (int64_t oy = 0; oy < q.oh; ++oy) {
       const T* r0 = x + (p * q.h + 2 * oy) * q.w;
-      taps_row(r0, r0 + q.w, y + (p * q.oh + oy) * q.ow, t + (p * q.oh + oy) * q.ow, 0, q.ow);
+      taps_row(r0, r0 + q.w, y + (p * q.oh + oy) * q.ow, t + (p * q.oh + oy) * q.ow, q.ow);
     }
 }
 
@@ -89,21 +84,17 @@ void taps_backward(const TapsGeometry& q, const uint8_t* t, const T* g, T* dx) {
     T* dp = dx + p * q.h * q.w;
     for (int64_t oy = 0; oy < q.oh; ++oy) {
       T* d0 = dp + 2 * oy * q.w;
-      taps_grad_row<T, kRelu>(t + (p * q.oh + oy) * q.ow, g + (p * q.oh + oy) * q.ow, d0, d0 + q.w, 0, q.ow);
+      taps_grad_row<T, kRelu>(t + (p * q.oh + oy) * q.ow, g + (p * q.oh + oy) * q.ow, d0, d0 + q.w, q.ow);
     }
     zero_unread(q, dp);
   }
 }
 
-#ifdef OMT_POOL_TAPS_AVX512
+#ifdef OMT_AVX512
 // GCC 12 takes the _mm512_undefined_* operands inside _mm512_max_ps and _mm512_cvtepu8_epi32
 // for uninitialised reads.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xffffu : count <= 0 ? 0u : (1u << count) - 1u);
-}
-
 // v takes over from best: larger, or NaN.
 OMT_AVX512_TARGET inline __mmask16 beats(__m512 v, __m512 best) {
   return static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
@@ -116,47 +107,47 @@ OMT_AVX512_TARGET void taps_forward_avx512(const TapsGeometry& q, const float* x
   const float* y_end = y + q.planes * q.oh * q.ow;  // (T has as many elements)
   for (int64_t p = 0; p < q.planes; ++p)
     for (int64_t oy = 0; oy < q.oh; ++oy) {
-    const float* r0 = x + (p * q.h + 2 * oy) * q.w;
-    const float* r1 = r0 + q.w;
-    float* yr = y + (p * q.oh + oy) * q.ow;
-    uint8_t* tr = t + (p * q.oh + oy) * q.ow;
-    for (int64_t ox = 0; ox < q.ow; ox += 16) {
-      const int64_t n = std::min<int64_t>(16, q.ow - ox);
-      const __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16), m = first_lanes(n);
-      // Whole loads wherever 32 floats from r1 lie inside X (the lanes past the row are not
-      // used).
-      __m512 r0lo, r0hi, r1lo, r1hi;
-      if (r1 + 2 * ox + 32 <= x_end) {
-        r0lo = _mm512_loadu_ps(r0 + 2 * ox), r0hi = _mm512_loadu_ps(r0 + 2 * ox + 16);
-        r1lo = _mm512_loadu_ps(r1 + 2 * ox), r1hi = _mm512_loadu_ps(r1 + 2 * ox + 16);
-      } else {
-        r0lo = _mm512_maskz_loadu_ps(lo, r0 + 2 * ox), r0hi = _mm512_maskz_loadu_ps(hi, r0 + 2 * ox + 16);
-        r1lo = _mm512_maskz_loadu_ps(lo, r1 + 2 * ox), r1hi = _mm512_maskz_loadu_ps(hi, r1 + 2 * ox + 16);
+      const float* r0 = x + (p * q.h + 2 * oy) * q.w;
+      const float* r1 = r0 + q.w;
+      float* yr = y + (p * q.oh + oy) * q.ow;
+      uint8_t* tr = t + (p * q.oh + oy) * q.ow;
+      for (int64_t ox = 0; ox < q.ow; ox += 16) {
+        const int64_t n = std::min<int64_t>(16, q.ow - ox);
+        const __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16), m = first_lanes(n);
+        // Whole loads wherever 32 floats from r1 lie inside X (the lanes past the row are not
+        // used).
+        __m512 r0lo, r0hi, r1lo, r1hi;
+        if (r1 + 2 * ox + 32 <= x_end) {
+          r0lo = _mm512_loadu_ps(r0 + 2 * ox), r0hi = _mm512_loadu_ps(r0 + 2 * ox + 16);
+          r1lo = _mm512_loadu_ps(r1 + 2 * ox), r1hi = _mm512_loadu_ps(r1 + 2 * ox + 16);
+        } else {
+          r0lo = _mm512_maskz_loadu_ps(lo, r0 + 2 * ox), r0hi = _mm512_maskz_loadu_ps(hi, r0 + 2 * ox + 16);
+          r1lo = _mm512_maskz_loadu_ps(lo, r1 + 2 * ox), r1hi = _mm512_maskz_loadu_ps(hi, r1 + 2 * ox + 16);
+        }
+        const __m512 a = _mm512_permutex2var_ps(r0lo, even, r0hi), b = _mm512_permutex2var_ps(r0lo, odd, r0hi);
+        const __m512 c = _mm512_permutex2var_ps(r1lo, even, r1hi), d = _mm512_permutex2var_ps(r1lo, odd, r1hi);
+        // vmaxps(p, q) is p > q ? p : q lane by lane, max_pool_2x2's selects. Whole stores where
+        // they stay inside Y and T: what they write past the row, the next rows' windows write
+        // again after.
+        const bool whole = yr + ox + 16 <= y_end;
+        const __m512 ymax = _mm512_max_ps(_mm512_max_ps(a, b), _mm512_max_ps(c, d));
+        if (whole) _mm512_storeu_ps(yr + ox, ymax);
+        else _mm512_mask_storeu_ps(yr + ox, m, ymax);
+        const __mmask16 kb = beats(b, a);
+        const __m512 ab = _mm512_mask_blend_ps(kb, a, b);
+        const __mmask16 kc = beats(c, ab);
+        const __m512 abc = _mm512_mask_blend_ps(kc, ab, c);
+        const __mmask16 kd = beats(d, abc);
+        const __m512 best = _mm512_mask_blend_ps(kd, abc, d);
+        __m512i tap = _mm512_maskz_mov_epi32(kb, _mm512_set1_epi32(1));
+        tap = _mm512_mask_mov_epi32(tap, kc, _mm512_set1_epi32(2));
+        tap = _mm512_mask_mov_epi32(tap, kd, _mm512_set1_epi32(3));
+        tap = _mm512_mask_or_epi32(tap, _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ), tap,
+                                   _mm512_set1_epi32(kPositive));
+        if (whole) _mm_storeu_si128(reinterpret_cast<__m128i*>(tr + ox), _mm512_cvtepi32_epi8(tap));
+        else _mm512_mask_cvtepi32_storeu_epi8(tr + ox, m, tap);
       }
-      const __m512 a = _mm512_permutex2var_ps(r0lo, even, r0hi), b = _mm512_permutex2var_ps(r0lo, odd, r0hi);
-      const __m512 c = _mm512_permutex2var_ps(r1lo, even, r1hi), d = _mm512_permutex2var_ps(r1lo, odd, r1hi);
-      // vmaxps(p, q) is p > q ? p : q lane by lane, max_pool_2x2's selects. Whole stores where
-      // they stay inside Y and T: what they write past the row, the next rows' windows write
-      // again after.
-      const bool whole = yr + ox + 16 <= y_end;
-      const __m512 ymax = _mm512_max_ps(_mm512_max_ps(a, b), _mm512_max_ps(c, d));
-      if (whole) _mm512_storeu_ps(yr + ox, ymax);
-      else _mm512_mask_storeu_ps(yr + ox, m, ymax);
-      const __mmask16 kb = beats(b, a);
-      const __m512 ab = _mm512_mask_blend_ps(kb, a, b);
-      const __mmask16 kc = beats(c, ab);
-      const __m512 abc = _mm512_mask_blend_ps(kc, ab, c);
-      const __mmask16 kd = beats(d, abc);
-      const __m512 best = _mm512_mask_blend_ps(kd, abc, d);
-      __m512i tap = _mm512_maskz_mov_epi32(kb, _mm512_set1_epi32(1));
-      tap = _mm512_mask_mov_epi32(tap, kc, _mm512_set1_epi32(2));
-      tap = _mm512_mask_mov_epi32(tap, kd, _mm512_set1_epi32(3));
-      tap = _mm512_mask_or_epi32(tap, _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ), tap,
-                                 _mm512_set1_epi32(kPositive));
-      if (whole) _mm_storeu_si128(reinterpret_cast<__m128i*>(tr + ox), _mm512_cvtepi32_epi8(tap));
-      else _mm512_mask_cvtepi32_storeu_epi8(tr + ox, m, tap);
     }
-  }
 }
 
 template <bool kRelu>
@@ -209,13 +200,9 @@ OMT_AVX512_TARGET void taps_backward_avx512(const TapsGeometry& q, const uint8_t
 #pragma GCC diagnostic pop
 #endif
 
-// The windows the kernels take: MaxPool's attributes that graph/fusion.cc's save_pool_taps
-// checks (two_by_two_pool).
+// The windows the kernels take (graph/fusion.cc's save_pool_taps rewrites only such pools).
 void check_two_by_two(const KernelInfo& info, const PoolAttrs& a) {
-  const bool unpadded = a.auto_pad == "VALID" || (a.auto_pad == "NOTSET" && a.pads == std::vector<int64_t>({0, 0, 0, 0}));
-  OMT_CHECK(a.kernel == std::vector<int64_t>({2, 2}) && a.strides == std::vector<int64_t>({2, 2}) &&
-                a.dilations == std::vector<int64_t>({1, 1}) && unpadded && !a.ceil_mode,
-            kUnsupported, info.where(), ": ", info.op_type,
+  OMT_CHECK(a.tiles_2x2(), kUnsupported, info.where(), ": ", info.op_type,
             " takes 2x2 windows with stride 2, no padding, dilation 1 and ceil_mode 0 only");
 }
 
@@ -234,7 +221,7 @@ class MaxPoolTapsKernel : public OpKernel {
     Tensor& t = ctx.output(1, DType::kUInt8, out);
     const TapsGeometry q{x.dim(0) * x.dim(1), x.dim(2), x.dim(3), out[2], out[3]};
     uint8_t* pt = t.data<uint8_t>();
-#ifdef OMT_POOL_TAPS_AVX512
+#ifdef OMT_AVX512
     if (avx512_ && x.dtype() == DType::kFloat32) {
       taps_forward_avx512(q, x.data<float>(), y.data<float>(), pt);
       return;
@@ -270,7 +257,7 @@ class MaxPoolTapsGradKernel : public OpKernel {
     Tensor& dx = ctx.output(0, dy.dtype(), xs);
     const TapsGeometry q{xs[0] * xs[1], xs[2], xs[3], out[2], out[3]};
     const uint8_t* pt = t.data<uint8_t>();
-#ifdef OMT_POOL_TAPS_AVX512
+#ifdef OMT_AVX512
     if (avx512_ && dy.dtype() == DType::kFloat32) {
       if (relu_) taps_backward_avx512<true>(q, pt, dy.data<float>(), dx.data<float>());
       else taps_backward_avx512<false>(q, pt, dy.data<float>(), dx.data<float>());
