@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backends/cpu/conv/geometry.h"
+#include "backends/cpu/conv/winograd_bf16.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 #include "collectives/factory.h"
@@ -79,7 +80,7 @@ struct OneNode {
   std::unique_ptr<BenchContext> ctx;
 
   OneNode(const char* domain, const char* op, AttributeMap a, std::vector<Tensor> inputs,
-          std::vector<bool> used)
+          std::vector<bool> used, MathPrecision precision = MathPrecision::kFloat32)
       : attrs(std::move(a)) {
     KernelInfo info;
     info.op_type = op;
@@ -91,6 +92,7 @@ struct OneNode {
     info.output_used = used;
     info.constant_inputs.assign(inputs.size(), nullptr);
     info.num_threads = 1;
+    info.precision = precision;
     const KernelFactory* f = cpu::cpu_kernel_registry().find(domain, op);
     OMT_CHECK(f != nullptr, kUnsupported, "the CPU backend has no kernel for ", op);
     kernel = (*f)(info);
@@ -463,6 +465,50 @@ void BM_Layer3ConvGrad(benchmark::State& st) {
   set_flops(st, 2.0 * batch * 256 * 256 * 16 * ((want & 1) + (want >> 1)));  // 16 (output, input) pairs
 }
 BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// ResNet-18's 3x3 pad-1 gradients at 3x32x32 (args: layer 1, 64 on 8x8, or 2, 128 on 4x4;
+// batch; bf16 math or float32; which of dX (1), dW (2) or both (3)).
+void BM_ResNetConvGrad(benchmark::State& st) {
+  const int64_t c = st.range(0) == 1 ? 64 : 128, hw = st.range(0) == 1 ? 8 : 4, batch = st.range(1),
+                want = st.range(3);
+  if (st.range(2) != 0 && !cpu::dnnl_has_bf16()) {
+    st.SkipWithError("no AVX512-BF16");
+    return;
+  }
+  OneNode node("com.onnx-mirror", "ConvGrad", layer4_attrs(),
+               {random_tensor({batch, c, hw, hw}, 1), random_tensor({batch, c, hw, hw}, 2), random_tensor({c, c, 3, 3}, 3)},
+               {(want & 1) != 0, (want & 2) != 0, false},
+               st.range(2) != 0 ? MathPrecision::kBFloat16 : MathPrecision::kFloat32);
+  node.run();
+  for (auto _ : st) node.run();
+  set_flops(st, 2.0 * batch * c * c * 9 * hw * hw * ((want & 1) + (want >> 1)));
+}
+// Their forward (args: layer, batch, bf16 math or float32).
+void BM_ResNetConv(benchmark::State& st) {
+  const int64_t c = st.range(0) == 1 ? 64 : 128, hw = st.range(0) == 1 ? 8 : 4, batch = st.range(1);
+  if (st.range(2) != 0 && !cpu::dnnl_has_bf16()) {
+    st.SkipWithError("no AVX512-BF16");
+    return;
+  }
+  OneNode node("", "Conv", layer4_attrs(), {random_tensor({batch, c, hw, hw}, 1), random_tensor({c, c, 3, 3}, 2)},
+               {true}, st.range(2) != 0 ? MathPrecision::kBFloat16 : MathPrecision::kFloat32);
+  node.run();
+  for (auto _ : st) node.run();
+  set_flops(st, 2.0 * batch * c * c * 9 * hw * hw);
+}
+BENCHMARK(BM_ResNetConv)->ArgsProduct({{1, 2}, {32, 64}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+// Note [bfloat16 Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd_bf16.h): the transform of
+// their weights, once a step and pass (args: layer; 0 forward, 1 data pass).
+void BM_WinogradBf16Weights(benchmark::State& st) {
+  const int64_t c = st.range(0) == 1 ? 64 : 128;
+  const Tensor w = random_tensor({c, c, 3, 3}, 2);
+  std::vector<uint16_t> u(static_cast<size_t>(cpu::winograd_bf16_weight_elements(c, c)));
+  for (auto _ : st) cpu::winograd_bf16_weights(w.data<float>(), c, c, st.range(1) != 0, 0, c, u.data());
+  set_bytes(st, 4.0 * c * c * 9);
+}
+BENCHMARK(BM_WinogradBf16Weights)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+BENCHMARK(BM_ResNetConvGrad)->ArgsProduct({{1, 2}, {32, 64}, {0, 1}, {1, 2}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Note [Pointwise weight gradients as dot products] (backends/cpu/conv/pointwise.h) and Note
 // [Pointwise convolutions on plain layouts] (conv/geometry.h): MobileNetV2's 1x1 convolutions

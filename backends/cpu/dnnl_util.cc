@@ -262,34 +262,6 @@ bool dnnl_has_avx512() {
   return (isa & avx512) == avx512;
 }
 
-namespace {
-
-// Rounds in the bits, lane by lane: u + 0x7fff + (u's bit 16), low half cleared; a NaN keeps
-// its bits with the quiet bit set (float_to_bfloat16 in common/dtype.h, vectorised).
-OMT_ALWAYS_INLINE void round_to_bfloat16_impl(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, p + i, sizeof u);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
-    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-    std::memcpy(p + i, &r, sizeof r);
-  }
-}
-
-#ifdef OMT_AVX2_CLONES
-OMT_AVX2_TARGET void round_to_bfloat16_avx2(float* p, int64_t n) { round_to_bfloat16_impl(p, n); }
-#endif
-
-}  // namespace
-
-void round_to_bfloat16(float* p, int64_t n) {
-#ifdef OMT_AVX2_CLONES
-  if (use_avx2_clones()) return round_to_bfloat16_avx2(p, n);
-#endif
-  round_to_bfloat16_impl(p, n);
-}
-
 bool dnnl_has_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);

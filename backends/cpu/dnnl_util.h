@@ -267,9 +267,6 @@ inline dnnl::memory::data_type math_type(MathPrecision p) {
   return p == MathPrecision::kBFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
-// Each of the n floats at p rounded to bfloat16 and widened back (nearest even, as oneDNN's
-// reorders round; a NaN stays NaN): float32 operands that hold bfloat16 values.
-void round_to_bfloat16(float* p, int64_t n);
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, all row-major with leading dimensions.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

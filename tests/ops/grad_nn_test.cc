@@ -443,8 +443,8 @@ TEST(GradNnConv, WinogradConvolutions) {
   ASSERT_EQ(y32.shape(), y64.shape());
   EXPECT_LT(relative_error(y32, std::vector<double>(y64.data<double>(), y64.data<double>() + y64.numel())), 1e-5);
   // Which geometries ask for it: ResNet-18's layer1 and layer2 and the CNN's conv2; not a
-  // stride, a group, a 5x5 kernel, channels not in sixteens or 2x2 maps. (Under bf16 only the
-  // weight gradient takes it: Note [bf16 weight gradients by Winograd].)
+  // stride, a group, a 5x5 kernel, channels not in sixteens or 2x2 maps. (Under bf16 these
+  // shapes take Note [bfloat16 Winograd F(2x2, 3x3)] instead.)
   using cpu::winograd_candidate;
   const std::vector<int64_t> one{1, 1}, two{2, 2};
   EXPECT_TRUE(winograd_candidate({64, 64, 3, 3}, {32, 64, 8, 8}, one, one, 1));

@@ -11,6 +11,7 @@
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/conv/thin.h"
+#include "backends/cpu/conv/winograd_bf16.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -150,6 +151,15 @@ class ConvKernel : public OpKernel {
           expanded_for_ = dense_.made;
           dense_forward(dm, x, wx, b, y);
         }
+        return;
+      }
+      // Note [bfloat16 Winograd F(2x2, 3x3)] (conv/winograd_bf16.h).
+      if (info_.precision == MathPrecision::kBFloat16 &&
+          winograd_bf16_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, grp)) {
+        dnnl_set_num_threads(info_.num_threads);
+        winograd_.run(x.data<float>(), x.dim(0), c, x.dim(2), x.dim(3), winograd_bf16_weights(*wp, false, winograd_u_),
+                      m, out[2], out[3], crop.pb[0], crop.pb[1], b ? b->data<float>() : nullptr, relu_,
+                      y.data<float>());
         return;
       }
       // Note [Thin convolutions, direct] (conv/thin.h).
@@ -391,6 +401,8 @@ class ConvKernel : public OpKernel {
   const void* expanded_from_ = nullptr;  // the constant weights expanded_w_ holds, if any,
   int64_t expanded_for_ = 0;             // and for which of dense_'s maps
   std::vector<float> dense_yt_;  // its Y^T
+  WinogradBf16 winograd_;                // Note [bfloat16 Winograd F(2x2, 3x3)]
+  std::vector<uint16_t> winograd_u_;     // its U, unless shared
 };
 
 class ConvTransposeKernel : public OpKernel {

@@ -52,8 +52,9 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // weights. Its error is that of the transforms, a few float32 roundings more than the direct
 // sum's. So a float32 3x3 convolution with stride and dilation 1, one group, channels in
 // sixteens and output maps of at least 4x4 asks for it (oneDNN refuses below AVX-512, and
-// then the direct kernel runs). bfloat16 has no Winograd kernel: under bf16 the direct one runs,
-// except for the weight gradient (Note [bf16 weight gradients by Winograd]).
+// then the direct kernel runs). oneDNN has no bfloat16 Winograd kernel: under bf16 such shapes
+// (pads of at most 1) take the project's own (Note [bfloat16 Winograd F(2x2, 3x3)] in
+// conv/winograd_bf16.h), and the others oneDNN's direct one.
 // The forward reads its weights transformed, once a step (Note [Winograd weights] in
 // dnnl_util.h: oneDNN's own reorder into that layout is a reference loop, 5.2 ms for
 // 128x128x3x3, against 0.17 ms for that transform on Zen 5, Note [Winograd weights in
@@ -96,20 +97,6 @@ inline bool winograd_data_pass(const Shape& x, const Shape& out) {
   return out[0] * out[2] * out[3] >= kWinogradDataPositions && x[2] >= kWinogradDataSide &&
          x[3] >= kWinogradDataSide && winograd_tile_cover(x[2], x[3]) >= kWinogradDataCover;
 }
-
-// Note [bf16 weight gradients by Winograd]: oneDNN 2.6 has no bfloat16 Winograd kernel, and
-// its float32 one computes a 3x3 stride-1 weight gradient faster than its bfloat16 direct one
-// does (one thread: ResNet-18's layer1, 64 -> 64 on 8x8 at batch 64, 1.21 against 1.67 ms;
-// layer2, 128 on 4x4, 1.01 against 1.34; the models/ CNN's conv2 at batch 128 2.33 against
-// 3.35). So under bf16 a Winograd candidate's weight gradient runs the float32 Winograd
-// kernel on X and dY rounded to bfloat16 after their reorders (round_to_bfloat16 in
-// dnnl_util.h): the products of bfloat16 operands, in float32, as the direct kernel makes
-// them; only the summation differs, by Winograd's transforms. Its data gradient stays on the
-// bfloat16 direct kernel, faster on 4x4 maps (0.90 against 1.08 ms) and on the CNN's
-// unpadded conv2 (2.68 against 4.72), level elsewhere, and so does the forward (layer1 at
-// batch 32: 0.61 ms bfloat16 direct, 0.56 float32 Winograd before its weights' transform).
-// ResNet-18 bf16, 5 interleaved pairs: 1 replica 76.0 -> 75.1 ms a step, 2 replicas 44.9 ->
-// 43.9; the CNN's 2 replicas 20.5 -> 20.0.
 
 inline bool winograd_candidate(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                                const std::vector<int64_t>& d, int64_t group) {

@@ -2,9 +2,9 @@
 // groups, strides, pads, dilations, auto_pad). float32 runs on oneDNN's backward-data and
 // backward-weights primitives, created once per shape with their layout reorders; dB is a
 // plain sum of dY. Only the outputs the graph reads are computed. Under bf16 (Note [Math
-// precision]) the primitives read bfloat16 and write float32, except that Winograd's weight
-// gradient reads float32 values rounded to bfloat16 (Note [bf16 weight gradients by
-// Winograd]); the thin path stays float32.
+// precision]) the primitives read bfloat16 and write float32, 3x3 stride-1 shapes take the
+// bfloat16 Winograd kernel (Note [bfloat16 Winograd F(2x2, 3x3)] in conv/winograd_bf16.h),
+// and the thin path stays float32.
 #include <algorithm>
 #include <cstring>
 
@@ -12,6 +12,7 @@
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/conv/pointwise.h"
+#include "backends/cpu/conv/winograd_bf16.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -20,20 +21,16 @@ namespace {
 
 // A primitive argument in the primitive's preferred layout, reordered from/to the plain
 // layout of the tensor that holds it when the two differ.
-// An input can also be rounded to bfloat16 in place after its reorder (`round_bf16`: Note
-// [bf16 weight gradients by Winograd]).
 struct Port {
   dnnl::memory user, mem;
   dnnl::reorder reorder;
-  bool needs_reorder = false, round_bf16 = false;
+  bool needs_reorder = false;
 
   // The primitive's layout, where it differs, is a temporary in `scratch` (Note [Call scratch]).
-  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input, CallScratch& scratch,
-            bool round = false) {
+  void init(const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md, bool input, CallScratch& scratch) {
     dnnl::engine& eng = dnnl_engine();
     user = dnnl::memory(user_md, eng, nullptr);
-    round_bf16 = round;
-    needs_reorder = round || prim_md != user_md;
+    needs_reorder = prim_md != user_md;
     if (!needs_reorder) return;
     mem = scratch.add(prim_md);
     reorder = input ? dnnl::reorder(user, mem) : dnnl::reorder(mem, user);
@@ -44,13 +41,7 @@ struct Port {
     return needs_reorder ? mem : user;
   }
   void pull(dnnl::stream& st) {
-    if (!needs_reorder) return;
-    reorder.execute(st, user, mem);
-    if (round_bf16) {
-      st.wait();
-      round_to_bfloat16(static_cast<float*>(mem.get_data_handle()),
-                        static_cast<int64_t>(mem.get_desc().get_size() / sizeof(float)));
-    }
+    if (needs_reorder) reorder.execute(st, user, mem);
   }
   void push(dnnl::stream& st) {
     if (needs_reorder) reorder.execute(st, mem, user);
@@ -291,6 +282,16 @@ class ConvGradKernel : public OpKernel {
       }
       return;
     }
+    // Note [bfloat16 Winograd F(2x2, 3x3)] (conv/winograd_bf16.h).
+    if (info_.precision == MathPrecision::kBFloat16 &&
+        winograd_bf16_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, attrs_.group)) {
+      dnnl_set_num_threads(info_.num_threads);
+      winograd_.backward(x.data<float>(), dy.data<float>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), m, out[2], out[3],
+                         crop.pb[0], crop.pb[1], dx ? winograd_bf16_weights(*wp, true, winograd_u_) : nullptr,
+                         dx ? dx->data<float>() : nullptr, dwp ? dwp->data<float>() : nullptr);
+      if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
+      return;
+    }
     std::vector<int64_t> key;
     append_key(key, x.shape());
     append_key(key, wp->shape());
@@ -436,27 +437,23 @@ class ConvGradKernel : public OpKernel {
     }
   }
 
-  // How a pass computes: oneDNN's algorithm, the operands' precision, and whether float32
-  // operands are rounded to bfloat16 first (Note [bf16 weight gradients by Winograd]).
+  // How a pass computes: oneDNN's algorithm and the operands' precision.
   struct PassMath {
     dnnl::algorithm alg = dnnl::algorithm::convolution_direct;
     MathPrecision precision = MathPrecision::kFloat32;
-    bool round_bf16 = false;
   };
 
   ConvBackward create(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                       const std::vector<int64_t>& d, const std::vector<int64_t>& pb, const std::vector<int64_t>& pe,
                       bool want_dx, bool want_dw) const {
-    const PassMath direct{dnnl::algorithm::convolution_direct, info_.precision, false};
-    // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
-    // refusal as kUnsupported), else direct. Under bf16 the weight gradient takes it too, on
-    // operands rounded to bfloat16 (Note [bf16 weight gradients by Winograd]).
-    if (winograd_candidate(w, out, s, d, attrs_.group) && dnnl_has_avx512()) {
-      const bool bf16 = info_.precision != MathPrecision::kFloat32;
-      const PassMath wino{dnnl::algorithm::convolution_winograd, MathPrecision::kFloat32, bf16};
-      const bool wino_data = !bf16 && winograd_data_pass(x, out);
+    const PassMath direct{dnnl::algorithm::convolution_direct, info_.precision};
+    // Note [Winograd convolutions] (conv/geometry.h): float32 only, where oneDNN has it
+    // (dnnl_try reports a refusal as kUnsupported), else direct.
+    if (info_.precision == MathPrecision::kFloat32 && winograd_candidate(w, out, s, d, attrs_.group) &&
+        dnnl_has_avx512()) {
+      const PassMath wino{dnnl::algorithm::convolution_winograd, MathPrecision::kFloat32};
       try {
-        return create(wino_data ? wino : direct, wino, x, w, out, s, d, pb, pe, want_dx, want_dw);
+        return create(winograd_data_pass(x, out) ? wino : direct, wino, x, w, out, s, d, pb, pe, want_dx, want_dw);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kUnsupported) throw;
       }
@@ -541,11 +538,11 @@ class ConvGradKernel : public OpKernel {
         }
         e.wei_scratch = e.scratch.add(pd.scratchpad_desc());
         e.weights = dnnl::convolution_backward_weights(pd);
-        e.wei_dy.init(user_y, pd.diff_dst_desc(), true, e.scratch, weights_math.round_bf16);
-        e.wei_x.init(user_x, pd.src_desc(), true, e.scratch, weights_math.round_bf16);
+        e.wei_dy.init(user_y, pd.diff_dst_desc(), true, e.scratch);
+        e.wei_x.init(user_x, pd.src_desc(), true, e.scratch);
         e.wei_dw.init(user_w, pd.diff_weights_desc(), false, e.scratch);
         e.has_weights = true;
-        e.shared_dy = e.has_data && e.data_dy.needs_reorder && e.wei_dy.needs_reorder && !weights_math.round_bf16 &&
+        e.shared_dy = e.has_data && e.data_dy.needs_reorder && e.wei_dy.needs_reorder &&
                       pd.diff_dst_desc() == e.data_dy.mem.get_desc();
       }
       return e;
@@ -601,6 +598,8 @@ class ConvGradKernel : public OpKernel {
   std::vector<float> positions_outer_x_, tap_rows_;  // X' and dW[m] as [K, C] (reduce_expanded_grad)
   ShapeCache<SmallMapTaps> small_taps_;       // Note [Strided convolutions on small maps]: tables by shape,
   std::vector<float> small_dy_, small_cols_;  // dY' and the columns
+  WinogradBf16 winograd_;                     // Note [bfloat16 Winograd F(2x2, 3x3)]: dX and dW,
+  std::vector<uint16_t> winograd_u_;          // with U unless shared
 };
 
 }  // namespace
