@@ -89,7 +89,7 @@ void expect_close(const std::vector<float>& got, const Reference& r, const std::
   EXPECT_LE(worst, 5.0 * worst_direct + 1e-6) << "bfloat16 direct's worst relative error " << worst_direct;
 }
 
-void check(const Case& k, bool relu, bool bias, std::mt19937_64& rng) {
+void check(const Case& k, bool relu, bool bias, std::mt19937_64& rng, int64_t chunk_floats = WinogradBf16::kChunkFloats) {
   SCOPED_TRACE(k.str() + (relu ? " relu" : "") + (bias ? " bias" : ""));
   const Shape xs{k.n, k.c, k.h, k.w}, ws{k.m, k.c, 3, 3}, ys{k.n, k.m, k.oh(), k.ow()};
   ASSERT_TRUE(winograd_bf16_handles(xs, ws, ys, {1, 1}, {1, 1}, {k.pt, k.pl}, {k.pb, k.pr}, 1));
@@ -97,7 +97,7 @@ void check(const Case& k, bool relu, bool bias, std::mt19937_64& rng) {
   const std::vector<float> w = random_values(static_cast<size_t>(k.m * k.c * 9), rng);
   const std::vector<float> b = random_values(static_cast<size_t>(k.m), rng);
   auto wt = [&](int64_t m, int64_t c, int64_t i, int64_t j) { return w[static_cast<size_t>(((m * k.c + c) * 3 + i) * 3 + j)]; };
-  WinogradBf16 kernel;
+  WinogradBf16 kernel(chunk_floats);
   {  // forward
     std::vector<uint16_t> u(static_cast<size_t>(winograd_bf16_weight_elements(k.m, k.c)));
     winograd_bf16_weights(w.data(), k.m, k.c, false, 0, k.m, u.data());
@@ -175,6 +175,10 @@ TEST(WinogradBf16, MatchesTheConvolutionWithinBfloat16) {
   check(cases[3], true, true, rng);
   check(cases[0], true, false, rng);
   check(cases[2], false, true, rng);
+  // In chunks of samples: 2 of the 5 (48 x 6 x 6 floats a sample), and one at a time.
+  check(cases[5], false, false, rng, 2 * 48 * 36);
+  check(cases[1], false, false, rng, 1);
+  check(cases[3], true, true, rng, 1);
 }
 
 TEST(WinogradBf16, TakesOnlyItsShapes) {

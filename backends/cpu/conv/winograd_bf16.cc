@@ -354,40 +354,56 @@ WinogradBf16::Gemm& WinogradBf16::gemm(Gemm::Kind kind, int64_t tiles, int64_t k
   return gemms_.emplace(key, std::move(g)).first->second;
 }
 
+int64_t WinogradBf16::samples_a_chunk(int64_t per_sample) const {
+  return std::max<int64_t>(1, chunk_floats_ / std::max<int64_t>(1, per_sample));
+}
+
 void WinogradBf16::run(const float* x, int64_t n, int64_t k, int64_t h, int64_t w, const uint16_t* u, int64_t nout,
                        int64_t oh, int64_t ow, int64_t pt, int64_t pl, const float* bias, bool relu, float* y) {
   Scratch& sc = scratch();
-  channels_inner(x, n, k, h * w, sc.xt);
-  correlate(sc.xt.data(), n, k, h, w, u, nout, oh, ow, pt, pl, bias, relu, y);
+  const int64_t chunk = samples_a_chunk(std::max(k * h * w, nout * oh * ow));
+  for (int64_t b0 = 0; b0 < n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, n - b0);
+    channels_inner(x + b0 * k * h * w, nb, k, h * w, sc.xt);
+    correlate(sc.xt.data(), nb, k, h, w, u, nout, oh, ow, pt, pl, bias, relu, y + b0 * nout * oh * ow);
+  }
 }
 
 void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t c, int64_t h, int64_t w, int64_t m,
                             int64_t oh, int64_t ow, int64_t pt, int64_t pl, const uint16_t* u, float* dx, float* dw) {
   Scratch& sc = scratch();
-  channels_inner(dy, n, m, oh * ow, sc.dyt);  // read by both passes
-  if (dx) correlate(sc.dyt.data(), n, m, oh, ow, u, c, h, w, 2 - pt, 2 - pl, nullptr, false, dx);
+  const int64_t chunk = samples_a_chunk(std::max(c * h * w, m * oh * ow));
+  const int64_t th = (oh + 1) / 2, tw = (ow + 1) / 2;
+  dnnl::stream& st = dnnl_stream();
+  for (int64_t b0 = 0; b0 < n; b0 += chunk) {
+    const int64_t nb = std::min(chunk, n - b0);
+    channels_inner(dy + b0 * m * oh * ow, nb, m, oh * ow, sc.dyt);  // read by both passes
+    if (dx) correlate(sc.dyt.data(), nb, m, oh, ow, u, c, h, w, 2 - pt, 2 - pl, nullptr, false, dx + b0 * c * h * w);
+    if (!dw) continue;
+#ifdef OMT_AVX512
+    channels_inner(x + b0 * c * h * w, nb, c, h * w, sc.xt);
+    const int64_t tiles = nb * th * tw;
+    // V and Z of a block within kBlockFloats floats' bytes each: the GEMMs' depth is the block.
+    const int64_t tb = block_tiles(tiles, std::max<int64_t>(16, 2 * kBlockFloats / (16 * std::max(c, m))) - 1);
+    sc.v.resize(static_cast<size_t>(16 * tb * c));
+    sc.z.resize(static_cast<size_t>(16 * tb * m));
+    sc.mo.resize(static_cast<size_t>(16 * c * m));
+    for (int64_t t0 = 0; t0 < tiles; t0 += tb) {
+      const int64_t t1 = std::min(tiles, t0 + tb);
+      input_transform(sc.xt.data(), c, h, w, th, tw, pt, pl, t0, t1, sc.v.data());
+      output_grad_transform(sc.dyt.data(), m, oh, ow, th, tw, t0, t1, sc.z.data());
+      Gemm& g = gemm(b0 == 0 && t0 == 0 ? Gemm::kWeights : Gemm::kWeightsAdded, t1 - t0, c, m);
+      g.run(st, sc.v.data(), sc.z.data(), sc.mo.data());
+    }
+#else
+    (void)x, (void)pt, (void)pl, (void)st;
+    OMT_CHECK(false, kInternal, "the bfloat16 Winograd convolution needs AVX-512");
+#endif
+  }
   if (!dw) return;
 #ifdef OMT_AVX512
-  channels_inner(x, n, c, h * w, sc.xt);
-  const int64_t th = (oh + 1) / 2, tw = (ow + 1) / 2, tiles = n * th * tw;
-  // V and Z of a block within kBlockFloats floats' bytes each: the GEMMs' depth is the block.
-  const int64_t tb = block_tiles(tiles, std::max<int64_t>(16, 2 * kBlockFloats / (16 * std::max(c, m))) - 1);
-  sc.v.resize(static_cast<size_t>(16 * tb * c));
-  sc.z.resize(static_cast<size_t>(16 * tb * m));
-  sc.mo.resize(static_cast<size_t>(16 * c * m));
-  dnnl::stream& st = dnnl_stream();
-  for (int64_t t0 = 0; t0 < tiles; t0 += tb) {
-    const int64_t t1 = std::min(tiles, t0 + tb);
-    input_transform(sc.xt.data(), c, h, w, th, tw, pt, pl, t0, t1, sc.v.data());
-    output_grad_transform(sc.dyt.data(), m, oh, ow, th, tw, t0, t1, sc.z.data());
-    Gemm& g = gemm(t0 == 0 ? Gemm::kWeights : Gemm::kWeightsAdded, t1 - t0, c, m);
-    g.run(st, sc.v.data(), sc.z.data(), sc.mo.data());
-  }
   sc.out.resize(std::max(sc.out.size(), static_cast<size_t>(9 * m)));
   weight_grad_transform(sc.mo.data(), c, m, sc.out.data(), dw);
-#else
-  (void)x, (void)h, (void)w, (void)pt, (void)pl;
-  OMT_CHECK(false, kInternal, "the bfloat16 Winograd convolution needs AVX-512");
 #endif
 }
 

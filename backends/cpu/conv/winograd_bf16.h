@@ -52,6 +52,12 @@ const uint16_t* winograd_bf16_weights(const Tensor& w, bool data, std::vector<ui
 // (or none), then max(0, .) with `relu`. On the calling thread.
 class WinogradBf16 {
  public:
+  // A call takes its samples a chunk at a time: the channels-inner copies of its input, output
+  // and dY hold a chunk's, at most `chunk_floats` floats each (16 MiB; or one sample), so that
+  // a large map (64 channels of 224x224 at batch 64: 822 MB) needs no copy of its whole batch.
+  static constexpr int64_t kChunkFloats = int64_t{1} << 22;
+  explicit WinogradBf16(int64_t chunk_floats = kChunkFloats) : chunk_floats_(chunk_floats) {}
+
   void run(const float* x, int64_t n, int64_t k, int64_t h, int64_t w, const uint16_t* u, int64_t nout, int64_t oh,
            int64_t ow, int64_t pt, int64_t pl, const float* bias, bool relu, float* y);
 
@@ -75,6 +81,10 @@ class WinogradBf16 {
   void correlate(const float* xt, int64_t n, int64_t k, int64_t h, int64_t w, const uint16_t* u, int64_t nout,
                  int64_t oh, int64_t ow, int64_t pt, int64_t pl, const float* bias, bool relu, float* y);
 
+  // Samples a chunk, `per_sample` the larger of a sample's input and output floats.
+  int64_t samples_a_chunk(int64_t per_sample) const;
+
+  int64_t chunk_floats_;
   std::map<std::vector<int64_t>, Gemm> gemms_;  // by (kind, tiles, K, N')
 };
 
