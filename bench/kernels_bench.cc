@@ -453,18 +453,23 @@ BENCHMARK(BM_Layer4ConvGrad)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTim
 
 // ResNet-18's layer3 at 3x32x32 (256 -> 256, 3x3 pad 1 on 2x2 maps: Note [Convolutions on maps
 // within the kernel's reach] in conv/geometry.h), its gradient: arg 1 says which of dX (1), dW
-// (2) or both (3).
+// (2) or both (3); arg 2 (1) bf16 math.
 void BM_Layer3ConvGrad(benchmark::State& st) {
   const int64_t batch = st.range(0), want = st.range(1);
+  if (st.range(2) != 0 && !cpu::dnnl_has_bf16()) {
+    st.SkipWithError("no AVX512-BF16");
+    return;
+  }
   OneNode node("com.onnx-mirror", "ConvGrad", layer4_attrs(),
                {random_tensor({batch, 256, 2, 2}, 1), random_tensor({batch, 256, 2, 2}, 2),
                 random_tensor({256, 256, 3, 3}, 3)},
-               {(want & 1) != 0, (want & 2) != 0, false});
+               {(want & 1) != 0, (want & 2) != 0, false},
+               st.range(2) != 0 ? MathPrecision::kBFloat16 : MathPrecision::kFloat32);
   node.run();
   for (auto _ : st) node.run();
   set_flops(st, 2.0 * batch * 256 * 256 * 16 * ((want & 1) + (want >> 1)));  // 16 (output, input) pairs
 }
-BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // ResNet-18's 3x3 pad-1 gradients at 3x32x32 (args: layer 1, 64 on 8x8, or 2, 128 on 4x4;
 // batch; bf16 math or float32; which of dX (1), dW (2) or both (3)).
