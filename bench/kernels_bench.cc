@@ -471,10 +471,20 @@ void BM_Layer3ConvGrad(benchmark::State& st) {
 }
 BENCHMARK(BM_Layer3ConvGrad)->ArgsProduct({{32, 64}, {1, 2, 3}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// ResNet-18's 3x3 pad-1 gradients at 3x32x32 (args: layer 1, 64 on 8x8, or 2, 128 on 4x4;
-// batch; bf16 math or float32; which of dX (1), dW (2) or both (3)).
+// ResNet-18's 3x3 pad-1 convolutions: its layer1 (64 channels on 8x8) and layer2 (128 on 4x4)
+// at 3x32x32, and (layers 3 to 5) at 3x224x224 its layer1 (64 on 56x56), layer3 (256 on
+// 14x14) and layer4 (512 on 7x7).
+struct ResNetLayer {
+  int64_t c, hw;
+};
+ResNetLayer resnet_layer(int64_t id) {
+  const ResNetLayer layers[] = {{64, 8}, {128, 4}, {64, 56}, {256, 14}, {512, 7}};
+  return layers[std::clamp<int64_t>(id, 1, 5) - 1];
+}
+
+// Their gradients (args: layer; batch; bf16 math or float32; which of dX (1), dW (2) or both (3)).
 void BM_ResNetConvGrad(benchmark::State& st) {
-  const int64_t c = st.range(0) == 1 ? 64 : 128, hw = st.range(0) == 1 ? 8 : 4, batch = st.range(1),
+  const int64_t c = resnet_layer(st.range(0)).c, hw = resnet_layer(st.range(0)).hw, batch = st.range(1),
                 want = st.range(3);
   if (st.range(2) != 0 && !cpu::dnnl_has_bf16()) {
     st.SkipWithError("no AVX512-BF16");
@@ -490,7 +500,7 @@ void BM_ResNetConvGrad(benchmark::State& st) {
 }
 // Their forward (args: layer, batch, bf16 math or float32).
 void BM_ResNetConv(benchmark::State& st) {
-  const int64_t c = st.range(0) == 1 ? 64 : 128, hw = st.range(0) == 1 ? 8 : 4, batch = st.range(1);
+  const int64_t c = resnet_layer(st.range(0)).c, hw = resnet_layer(st.range(0)).hw, batch = st.range(1);
   if (st.range(2) != 0 && !cpu::dnnl_has_bf16()) {
     st.SkipWithError("no AVX512-BF16");
     return;
@@ -501,7 +511,7 @@ void BM_ResNetConv(benchmark::State& st) {
   for (auto _ : st) node.run();
   set_flops(st, 2.0 * batch * c * c * 9 * hw * hw);
 }
-BENCHMARK(BM_ResNetConv)->ArgsProduct({{1, 2}, {32, 64}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ResNetConv)->ArgsProduct({{1, 2, 3, 4, 5}, {32, 64}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // Note [bfloat16 Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd_bf16.h): the transform of
 // their weights, once a step and pass (args: layer; 0 forward, 1 data pass).
 void BM_WinogradBf16Weights(benchmark::State& st) {
@@ -513,7 +523,7 @@ void BM_WinogradBf16Weights(benchmark::State& st) {
 }
 BENCHMARK(BM_WinogradBf16Weights)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-BENCHMARK(BM_ResNetConvGrad)->ArgsProduct({{1, 2}, {32, 64}, {0, 1}, {1, 2}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ResNetConvGrad)->ArgsProduct({{1, 2, 3, 4, 5}, {32, 64}, {0, 1}, {1, 2}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Note [Pointwise weight gradients as dot products] (backends/cpu/conv/pointwise.h) and Note
 // [Pointwise convolutions on plain layouts] (conv/geometry.h): MobileNetV2's 1x1 convolutions

@@ -11,8 +11,15 @@
 namespace omt::cpu {
 namespace {
 
-// A block's GEMM output, floats (512 KiB: with its V, within Zen 5's 1 MiB L2).
-constexpr int64_t kBlockFloats = 131072;
+// A block's GEMM output, floats (512 KiB: with its V, within Zen 5's 1 MiB L2), but at least
+// kMinBlockTiles tiles: each block reads all of U (16 x 512 x 512 bfloat16 values, 8 MiB, for
+// ResNet-18's layer4 at 224x224), and 15-tile blocks made that layer's forward 1.5x slower
+// than oneDNN's direct kernel (kernels_bench BM_ResNetConv/5/32/1: 19.9 against 13.2 ms; 13.9
+// with 127 tiles). The weight gradient's blocks read and write its sums S [16][C][M] each, so
+// where S is past L2 they take at least kMinWeightBlockTiles (512 channels: 18.6 ms with 31
+// tiles, 16.4 with 255; where S fits, ResNet-18's 128 channels at 3x32x32 ran 250 us with 63
+// and 309 with 128).
+constexpr int64_t kBlockFloats = 131072, kMinBlockTiles = 128, kMinWeightBlockTiles = 256;
 // A block holds an odd number of tiles, so that the 16 planes of its V and of its GEMM output
 // start in different sets of L1: with 128 tiles they lay 16 or 32 KiB apart, and a tile's 16
 // stores (and loads) a plane apart fell into one set (ResNet-18's layer1 at batch 64: input
@@ -383,8 +390,11 @@ void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t 
 #ifdef OMT_AVX512
     channels_inner(x + b0 * c * h * w, nb, c, h * w, sc.xt);
     const int64_t tiles = nb * th * tw;
-    // V and Z of a block within kBlockFloats floats' bytes each: the GEMMs' depth is the block.
-    const int64_t tb = block_tiles(tiles, std::max<int64_t>(16, 2 * kBlockFloats / (16 * std::max(c, m))) - 1);
+    // V and Z of a block within kBlockFloats floats' bytes each (the GEMMs' depth is the
+    // block), but kMinWeightBlockTiles tiles where S is past L2's size.
+    const int64_t most = std::max<int64_t>(16 * c * m > kBlockFloats * 2 ? kMinWeightBlockTiles : 16,
+                                           2 * kBlockFloats / (16 * std::max(c, m)));
+    const int64_t tb = block_tiles(tiles, most - 1);
     sc.v.resize(static_cast<size_t>(16 * tb * c));
     sc.z.resize(static_cast<size_t>(16 * tb * m));
     sc.mo.resize(static_cast<size_t>(16 * c * m));
@@ -414,7 +424,7 @@ void WinogradBf16::correlate(const float* xt, int64_t n, int64_t k, int64_t h, i
   const int64_t op = oh * ow, th = (oh + 1) / 2, tw = (ow + 1) / 2, tiles = n * th * tw;
   Scratch& sc = scratch();
   sc.out.resize(static_cast<size_t>(n * op * nout));
-  const int64_t tb = block_tiles(tiles, std::max<int64_t>(16, kBlockFloats / (16 * nout)) - 1);
+  const int64_t tb = block_tiles(tiles, std::max<int64_t>(kMinBlockTiles, kBlockFloats / (16 * nout)) - 1);
   sc.v.resize(static_cast<size_t>(16 * tb * k));
   sc.mo.resize(static_cast<size_t>(16 * tb * nout));
   dnnl::stream& st = dnnl_stream();
