@@ -127,10 +127,11 @@ void expect_bf16_winograd(const std::string& op, const std::string& domain, cons
   }
 }
 
+// (The forward takes it from 64 input channels, kWinogradBf16ForwardChannels.)
 TEST(Bf16Precision, ConvOfWinogradShapes) {
-  const Tensor x = random_tensor({2, 32, 8, 8}, 10), w = random_tensor({16, 32, 3, 3}, 11), b = random_tensor({16}, 12);
+  const Tensor x = random_tensor({2, 64, 8, 8}, 10), w = random_tensor({16, 64, 3, 3}, 11), b = random_tensor({16}, 12);
   expect_bf16_winograd("Conv", "", attrs_of({{"pads", Ints{1, 1, 1, 1}}}), {x, w, b}, 1);
-  expect_bf16_winograd("Conv", "", {}, {random_tensor({3, 16, 7, 9}, 13), random_tensor({32, 16, 3, 3}, 14)}, 1);
+  expect_bf16_winograd("Conv", "", {}, {random_tensor({3, 64, 7, 9}, 13), random_tensor({32, 64, 3, 3}, 14)}, 1);
 }
 
 TEST(Bf16Precision, ConvGradOfWinogradShapes) {

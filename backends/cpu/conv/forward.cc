@@ -155,7 +155,8 @@ class ConvKernel : public OpKernel {
       }
       // Note [bfloat16 Winograd F(2x2, 3x3)] (conv/winograd_bf16.h).
       if (info_.precision == MathPrecision::kBFloat16 &&
-          winograd_bf16_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, grp)) {
+          winograd_bf16_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, grp) &&
+          c >= kWinogradBf16ForwardChannels) {
         dnnl_set_num_threads(info_.num_threads);
         winograd_.run(x.data<float>(), x.dim(0), c, x.dim(2), x.dim(3), winograd_bf16_weights(*wp, false, winograd_u_),
                       m, out[2], out[3], crop.pb[0], crop.pb[1], b ? b->data<float>() : nullptr, relu_,
