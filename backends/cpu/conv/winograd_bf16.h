@@ -9,14 +9,18 @@
 // times U[xi] [K, N'] (K the pass's input channels, N' its output channels), which oneDNN's
 // bfloat16 batched matmul runs near this CPU's bfloat16 peak (Zen 5, 16 x 128 x 64 x 64: 516
 // GFLOP/s, one thread). B and A hold only 0 and +-1 and G halves, so the transforms add and
-// subtract, and V and U are rounded to bfloat16 as a bfloat16 convolution's X and W are; the
-// products accumulate in float32. (F(4x4, 3x3), oneDNN's float32 kernel, would do 2.25 an
-// element, but its transforms scale by up to 5 and 8, too far for bfloat16's 8 bits.)
-// Per call: X to channels-inner (NHWC, float32), then blocks of tiles: V of the block (AVX-512,
-// 16 channels a vector), the 16 GEMMs, the output transform into Y channels-inner; then Y back
-// to NCHW with the bias and Relu. A block's V and GEMM output stay in L2.
+// subtract; V and U (not X and W, as the other bfloat16 kernels round) are rounded to
+// bfloat16, and the products accumulate in float32. The error stays bfloat16's: 1.5-3.8x a
+// direct bfloat16 sum's worst in tests/backends/winograd_bf16_test.cc. (F(4x4, 3x3), oneDNN's
+// float32 kernel, would do 2.25 an element, but its transforms scale by up to 5 and 8, too far
+// for bfloat16's 8 bits.)
+// Per call, a chunk of samples at a time: X to channels-inner (NHWC, float32), then blocks of
+// tiles: V of the block (AVX-512, 16 channels a vector), the 16 GEMMs, the output transform
+// into Y channels-inner; then Y back to NCHW with the bias and Relu. With up to 128 channels a
+// block's V and GEMM output stay in L2.
 // The backward data pass is the same correlation of dY with W turned 180 degrees and its
-// channel pairs transposed, top-left pads 2 - pads (stride 1).
+// channel pairs transposed, top-left pads 2 - pads (stride 1); the weight gradient is 16 GEMMs
+// too (WinogradBf16::backward).
 #pragma once
 
 #include <cstdint>
