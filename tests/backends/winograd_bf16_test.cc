@@ -1,6 +1,7 @@
 // Note [bfloat16 Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd_bf16.h): the forward, the
-// backward data pass and the weight gradient on maps of even and odd sizes, pads 0 to 2, with and without bias
-// and Relu, against the convolution's definition summed in float64 here. The tolerance is
+// backward data pass and the weight gradient on maps of even and odd sizes, pads 0 and 1 (the
+// data pass's own 1 and 2), in chunks of samples, with and without bias and Relu, against the
+// convolution's definition summed in float64 here. The tolerance is
 // bfloat16's: each output's error, over the sum of |x w| its taps add, stays within 5
 // roundings of 2^-9 (1%: the weight gradient of 2x3 maps, few terms a sum, came to 0.7%), and
 // within 5x the worst error of the same sums over X and W rounded to bfloat16 (what a bfloat16
