@@ -148,9 +148,10 @@ void check(const Case& k, bool relu, bool bias, std::mt19937_64& rng, int64_t ch
   }
   {  // backward data: dX = dY correlated with W turned, pads 2 - pads
     std::vector<uint16_t> u(static_cast<size_t>(winograd_bf16_weight_elements(k.m, k.c)));
-    // In two parts, as a shared copy is made (Note [Parameter versions]).
-    winograd_bf16_weights(w.data(), k.m, k.c, true, 0, k.c / 2, u.data());
-    winograd_bf16_weights(w.data(), k.m, k.c, true, k.c / 2, k.c, u.data());
+    // In two parts of whole sixteens (the first empty with 16 channels), as a shared copy is
+    // made (Note [Parameter versions]).
+    winograd_bf16_weights(w.data(), k.m, k.c, true, 0, k.c / 32 * 16, u.data());
+    winograd_bf16_weights(w.data(), k.m, k.c, true, k.c / 32 * 16, k.c, u.data());
     std::vector<float> dx(static_cast<size_t>(k.n * k.c * k.h * k.w), -7.0f);
     kernel.backward(x.data(), dy.data(), k.n, k.c, k.h, k.w, k.m, k.oh(), k.ow(), k.pt, k.pl, u.data(), dx.data(),
                     nullptr);

@@ -9,6 +9,25 @@
 #include "common/parameter_versions.h"
 
 namespace omt::cpu {
+
+bool winograd_bf16_handles(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
+                           const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
+                           const std::vector<int64_t>& pe, int64_t group) {
+#ifdef OMT_AVX512
+  if (group != 1 || x.size() != 4 || w.size() != 4 || out.size() != 4) return false;
+  if (w[2] != 3 || w[3] != 3 || w[0] % 16 != 0 || w[1] % 16 != 0) return false;
+  for (size_t i = 0; i < 2; ++i)
+    if (s[i] != 1 || d[i] != 1 || pb[i] < 0 || pb[i] > 1 || pe[i] < 0 || pe[i] > 1 || x[i + 2] < 2 ||
+        out[i + 2] < 2)
+      return false;
+  return dnnl_has_bf16();
+#else
+  (void)x, (void)w, (void)out, (void)s, (void)d, (void)pb, (void)pe, (void)group;
+  return false;
+#endif
+}
+
+#ifdef OMT_AVX512
 namespace {
 
 // A block's GEMM output, floats (512 KiB: with its V, within Zen 5's 1 MiB L2), but at least
@@ -26,12 +45,19 @@ constexpr int64_t kBlockFloats = 131072, kMinBlockTiles = 128, kMinWeightBlockTi
 // transform 165 us a call). Padding the planes instead made oneDNN take its slower gemm:jit
 // matmul for brgemm (16 x 128 x 64 x 64: 43.5 against 32.6 us).
 
-#ifdef OMT_AVX512
 #define OMT_BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
 
 OMT_BF16_TARGET inline void store_bf16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
+
+// dst [cols, rows] = src [rows, cols] transposed, with leading dimensions (Transpose8x8: this
+// file runs only on AVX-512 CPUs, which have AVX2).
+void transpose(const float* src, int64_t rows, int64_t cols, int64_t src_ld, float* dst, int64_t dst_ld) {
+  Transpose8x8::run(src, rows, cols, src_ld, dst, dst_ld);
+}
+// The same, leading dimensions the row lengths.
+void transpose(const float* src, int64_t rows, int64_t cols, float* dst) { transpose(src, rows, cols, cols, dst, rows); }
 
 // V of tiles [t0, t1) into v [16][t1 - t0][K]: tile t is sample t / (th tw), tile row
 // (t / tw) % th, column t % tw; its patch starts at X's (2 row - pt, 2 column - pl). `xt`: X
@@ -158,74 +184,9 @@ OMT_BF16_TARGET void weight_grad_transform(const float* s, int64_t c, int64_t m,
         _mm512_storeu_ps(taps + (i * 3 + 2) * m + g, _mm512_add_ps(sum, q[i][3]));
       }
     }
-#ifdef OMT_AVX2_CLONES
-    Transpose8x8::run(taps, 9, m, m, dw + cc * 9, c * 9);
-#else
-    PlainTranspose::run(taps, 9, m, m, dw + cc * 9, c * 9);
-#endif
+    transpose(taps, 9, m, m, dw + cc * 9, c * 9);
   }
 }
-#endif
-
-// Blocks of at most `most` tiles, as even as they come, each of an odd number (Note above)
-// unless it is all the tiles: the block length.
-int64_t block_tiles(int64_t tiles, int64_t most) {
-  if (tiles <= most) return tiles;
-  const int64_t blocks = (tiles + most - 1) / most, even = (tiles + blocks - 1) / blocks;
-  return even % 2 == 1 ? even : even + 1;
-}
-
-// dst [cols, rows] = src [rows, cols] transposed, with leading dimensions.
-void transpose(const float* src, int64_t rows, int64_t cols, int64_t src_ld, float* dst, int64_t dst_ld) {
-#ifdef OMT_AVX2_CLONES
-  Transpose8x8::run(src, rows, cols, src_ld, dst, dst_ld);
-#else
-  PlainTranspose::run(src, rows, cols, src_ld, dst, dst_ld);
-#endif
-}
-// The same, leading dimensions the row lengths.
-void transpose(const float* src, int64_t rows, int64_t cols, float* dst) { transpose(src, rows, cols, cols, dst, rows); }
-
-// The temporaries, one set a thread (a replica's kernels run one at a time on its thread):
-// with a set a kernel, each call found its own cold (ResNet-18 bf16, layer1's forward 0.69 ms
-// a call in a step against 0.43 alone).
-struct Scratch {
-  std::vector<float> xt, dyt, out;  // X, dY and a correlation's output channels-inner
-  std::vector<float> mo;            // a block's GEMM output, or the weight gradient's S
-  std::vector<uint16_t> v, z;       // a block's V and Z
-};
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
-
-// `to` [N, P, C] = `from` [N, C, P].
-void channels_inner(const float* from, int64_t n, int64_t c, int64_t p, std::vector<float>& to) {
-  to.resize(static_cast<size_t>(n * c * p));
-  for (int64_t b = 0; b < n; ++b) transpose(from + b * c * p, c, p, to.data() + b * p * c);
-}
-
-}  // namespace
-
-bool winograd_bf16_handles(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
-                           const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
-                           const std::vector<int64_t>& pe, int64_t group) {
-#ifdef OMT_AVX512
-  if (group != 1 || x.size() != 4 || w.size() != 4 || out.size() != 4) return false;
-  if (w[2] != 3 || w[3] != 3 || w[0] % 16 != 0 || w[1] % 16 != 0) return false;
-  for (size_t i = 0; i < 2; ++i)
-    if (s[i] != 1 || d[i] != 1 || pb[i] < 0 || pb[i] > 1 || pe[i] < 0 || pe[i] > 1 || x[i + 2] < 2 ||
-        out[i + 2] < 2)
-      return false;
-  return dnnl_has_bf16();
-#else
-  (void)x, (void)w, (void)out, (void)s, (void)d, (void)pb, (void)pe, (void)group;
-  return false;
-#endif
-}
-
-#ifdef OMT_AVX512
-namespace {
 
 // U's values for sixteen output channels [j, j + 16) of one input channel, whose taps
 // (unturned) lie in `taps` [9][len] from column j, into row[16][N'] (position xi's row at
@@ -250,11 +211,40 @@ OMT_BF16_TARGET void weights_sixteen(const float* taps, int64_t len, bool data, 
   }
 }
 
+// Blocks of at most `most` tiles, as even as they come, each of an odd number (Note above)
+// unless it is all the tiles: the block length.
+int64_t block_tiles(int64_t tiles, int64_t most) {
+  if (tiles <= most) return tiles;
+  const int64_t blocks = (tiles + most - 1) / most, even = (tiles + blocks - 1) / blocks;
+  return even % 2 == 1 ? even : even + 1;
+}
+
+
+// The temporaries, one set a thread (a replica's kernels run one at a time on its thread):
+// with a set a kernel, each call found its own cold (ResNet-18 bf16, layer1's forward 0.69 ms
+// a call in a step against 0.43 alone).
+struct Scratch {
+  std::vector<float> xt, dyt, out;  // X, dY and a correlation's output channels-inner
+  std::vector<float> mo;            // a block's GEMM output, or the weight gradient's S
+  std::vector<uint16_t> v, z;       // a block's V and Z
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// `to` [N, P, C] = `from` [N, C, P].
+void channels_inner(const float* from, int64_t n, int64_t c, int64_t p, std::vector<float>& to) {
+  to.resize(static_cast<size_t>(n * c * p));
+  for (int64_t b = 0; b < n; ++b) transpose(from + b * c * p, c, p, to.data() + b * p * c);
+}
+
 }  // namespace
-#endif
+
 
 void winograd_bf16_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, uint16_t* u) {
   const int64_t kin = data ? m : c, nout = data ? c : m, len = n1 - n0;
+  OMT_ASSERT(n0 % 16 == 0 && len % 16 == 0, "U is made sixteen output channels at a time, got [", n0, ", ", n1, ")");
   if (len <= 0) return;
   // First each input channel's nine taps as rows over the output channels [n0, n1):
   // taps[(kk 9 + t) len + n - n0]. The transform then loads sixteen output channels' tap from
@@ -272,28 +262,7 @@ void winograd_bf16_weights(const float* w, int64_t m, int64_t c, bool data, int6
   thread_local std::vector<uint16_t> rows;
   rows.resize(static_cast<size_t>(16 * nout));
   for (int64_t kk = 0; kk < kin; ++kk) {
-    const float* tk = taps.data() + kk * 9 * len;
-    int64_t nn = n0;
-#ifdef OMT_AVX512
-    for (; nn + 16 <= n1; nn += 16) weights_sixteen(tk, len, data, nn - n0, nout, nn, rows.data());
-#endif
-    for (; nn < n1; ++nn) {
-      float f[3][3];
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j) f[i][j] = tk[(data ? (2 - i) * 3 + 2 - j : i * 3 + j) * len + nn - n0];
-      float t[4][3];  // G f
-      for (int j = 0; j < 3; ++j) {
-        t[0][j] = f[0][j];
-        t[1][j] = 0.5f * (f[0][j] + f[1][j] + f[2][j]);
-        t[2][j] = 0.5f * (f[0][j] - f[1][j] + f[2][j]);
-        t[3][j] = f[2][j];
-      }
-      for (int i = 0; i < 4; ++i) {  // (G f) G^T
-        const float e[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
-                            t[i][2]};
-        for (int j = 0; j < 4; ++j) rows[static_cast<size_t>((i * 4 + j) * nout + nn)] = float_to_bfloat16(e[j]);
-      }
-    }
+    for (int64_t nn = n0; nn < n1; nn += 16) weights_sixteen(taps.data() + kk * 9 * len, len, data, nn - n0, nout, nn, rows.data());
     for (int64_t xi = 0; xi < 16; ++xi)
       std::copy(rows.begin() + xi * nout + n0, rows.begin() + xi * nout + n1, u + (xi * kin + kk) * nout + n0);
   }
@@ -305,7 +274,8 @@ const uint16_t* winograd_bf16_weights(const Tensor& w, bool data, std::vector<ui
   const size_t elements = static_cast<size_t>(winograd_bf16_weight_elements(m, c));
   ParameterVersions& versions = ParameterVersions::get();
   if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
-    const int parts = nout % 4 == 0 ? 4 : 1;
+    const int64_t sixteens = nout / 16;  // parts of whole sixteens of channels
+    const int parts = sixteens % 4 == 0 ? 4 : sixteens % 2 == 0 ? 2 : 1;
     const std::string key = std::string(data ? "bf16 Winograd data " : "bf16 Winograd forward ") + shape_str(w.shape());
     return static_cast<const uint16_t*>(
         versions.derived(w.raw(), v, key, elements * sizeof(uint16_t), parts, [&](void* dst, int part) {
@@ -327,9 +297,8 @@ void WinogradBf16::Gemm::run(dnnl::stream& st, const void* a, const void* b, flo
 }
 
 WinogradBf16::Gemm& WinogradBf16::gemm(Gemm::Kind kind, int64_t tiles, int64_t k, int64_t nout) {
-  const std::vector<int64_t> key{kind, tiles, k, nout};
-  auto it = gemms_.find(key);
-  if (it != gemms_.end()) return it->second;
+  std::vector<int64_t> key{kind, tiles, k, nout};
+  if (Gemm* found = gemms_.find(key)) return *found;
   Gemm g = dnnl_try("the bfloat16 Winograd convolution", "its batched matmul", [&] {
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
@@ -358,7 +327,7 @@ WinogradBf16::Gemm& WinogradBf16::gemm(Gemm::Kind kind, int64_t tiles, int64_t k
     made.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
     return made;
   });
-  return gemms_.emplace(key, std::move(g)).first->second;
+  return gemms_.insert(std::move(key), std::move(g));
 }
 
 int64_t WinogradBf16::samples_a_chunk(int64_t per_sample) const {
@@ -387,7 +356,6 @@ void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t 
     channels_inner(dy + b0 * m * oh * ow, nb, m, oh * ow, sc.dyt);  // read by both passes
     if (dx) correlate(sc.dyt.data(), nb, m, oh, ow, u, c, h, w, 2 - pt, 2 - pl, nullptr, false, dx + b0 * c * h * w);
     if (!dw) continue;
-#ifdef OMT_AVX512
     channels_inner(x + b0 * c * h * w, nb, c, h * w, sc.xt);
     const int64_t tiles = nb * th * tw;
     // V and Z of a block within kBlockFloats floats' bytes each (the GEMMs' depth is the
@@ -405,22 +373,15 @@ void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t 
       Gemm& g = gemm(b0 == 0 && t0 == 0 ? Gemm::kWeights : Gemm::kWeightsAdded, t1 - t0, c, m);
       g.run(st, sc.v.data(), sc.z.data(), sc.mo.data());
     }
-#else
-    (void)x, (void)pt, (void)pl, (void)st;
-    OMT_CHECK(false, kInternal, "the bfloat16 Winograd convolution needs AVX-512");
-#endif
   }
   if (!dw) return;
-#ifdef OMT_AVX512
   sc.out.resize(std::max(sc.out.size(), static_cast<size_t>(9 * m)));
   weight_grad_transform(sc.mo.data(), c, m, sc.out.data(), dw);
-#endif
 }
 
 void WinogradBf16::correlate(const float* xt, int64_t n, int64_t k, int64_t h, int64_t w, const uint16_t* u,
                              int64_t nout, int64_t oh, int64_t ow, int64_t pt, int64_t pl, const float* bias, bool relu,
                              float* y) {
-#ifdef OMT_AVX512
   const int64_t op = oh * ow, th = (oh + 1) / 2, tw = (ow + 1) / 2, tiles = n * th * tw;
   Scratch& sc = scratch();
   sc.out.resize(static_cast<size_t>(n * op * nout));
@@ -448,11 +409,30 @@ void WinogradBf16::correlate(const float* xt, int64_t n, int64_t k, int64_t h, i
       }
     }
   }
-#else
-  (void)xt, (void)n, (void)k, (void)h, (void)w, (void)u, (void)nout, (void)oh, (void)ow, (void)pt, (void)pl;
-  (void)bias, (void)relu, (void)y;
-  OMT_CHECK(false, kInternal, "the bfloat16 Winograd convolution needs AVX-512");
-#endif
 }
+
+#else
+
+// Without AVX-512 no convolution takes the kernel (winograd_bf16_handles says so), and none of
+// these is called.
+namespace {
+[[noreturn]] void no_avx512() {
+  OMT_CHECK(false, kInternal, "the bfloat16 Winograd convolution runs only on CPUs with AVX-512 and AVX512-BF16");
+  __builtin_unreachable();
+}
+}  // namespace
+
+void winograd_bf16_weights(const float*, int64_t, int64_t, bool, int64_t, int64_t, uint16_t*) { no_avx512(); }
+const uint16_t* winograd_bf16_weights(const Tensor&, bool, std::vector<uint16_t>&) { no_avx512(); }
+void WinogradBf16::run(const float*, int64_t, int64_t, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, const float*, bool, float*) {
+  no_avx512();
+}
+void WinogradBf16::backward(const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, const uint16_t*, float*, float*) {
+  no_avx512();
+}
+
+#endif
 
 }  // namespace omt::cpu

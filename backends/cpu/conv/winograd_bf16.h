@@ -24,7 +24,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "backends/cpu/dnnl_util.h"
@@ -49,7 +48,8 @@ constexpr int64_t kWinogradBf16ForwardChannels = 64;
 
 // U [16][K][N'] in bfloat16 bits from W [M, C, 3, 3] float32: for the forward (K = C, N' = M,
 // g = W[m][c]) or, with `data`, for the backward data pass (K = M, N' = C, g = W[m][c] turned
-// 180 degrees). Output channels [n0, n1) of the pass only (the rest of U untouched).
+// 180 degrees). Output channels [n0, n1) of the pass only, multiples of 16 (the rest of U
+// untouched).
 void winograd_bf16_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, uint16_t* u);
 inline int64_t winograd_bf16_weight_elements(int64_t m, int64_t c) { return 16 * m * c; }
 // U of W (float32 [M, C, 3, 3]) for the pass, in `own`, or, where W is a parameter of an open
@@ -95,7 +95,9 @@ class WinogradBf16 {
   int64_t samples_a_chunk(int64_t per_sample) const;
 
   int64_t chunk_floats_;
-  std::map<std::vector<int64_t>, Gemm> gemms_;  // by (kind, tiles, K, N')
+  // By (kind, tiles, K, N'): a pass makes a few (whole blocks, the last ones of a call and of
+  // its last chunk, a weight gradient's first).
+  ShapeCache<Gemm> gemms_{12};
 };
 
 }  // namespace omt::cpu
