@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "backends/cpu/conv/geometry.h"
-#include "backends/cpu/conv/winograd_bf16.h"
+#include "backends/cpu/conv/winograd2x2.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 #include "collectives/factory.h"
@@ -512,13 +512,13 @@ void BM_ResNetConv(benchmark::State& st) {
   set_flops(st, 2.0 * batch * c * c * 9 * hw * hw);
 }
 BENCHMARK(BM_ResNetConv)->ArgsProduct({{1, 2, 3, 4, 5}, {32, 64}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
-// Note [bfloat16 Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd_bf16.h): the transform of
+// Note [Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd2x2.h): the bfloat16 transform of
 // their weights, once a step and pass (args: layer; 0 forward, 1 data pass).
 void BM_WinogradBf16Weights(benchmark::State& st) {
   const int64_t c = st.range(0) == 1 ? 64 : 128;
   const Tensor w = random_tensor({c, c, 3, 3}, 2);
-  std::vector<uint16_t> u(static_cast<size_t>(cpu::winograd_bf16_weight_elements(c, c)));
-  for (auto _ : st) cpu::winograd_bf16_weights(w.data<float>(), c, c, st.range(1) != 0, 0, c, u.data());
+  std::vector<uint16_t> u(static_cast<size_t>(cpu::winograd2x2_weight_elements(c, c)));
+  for (auto _ : st) cpu::winograd2x2_weights(w.data<float>(), c, c, st.range(1) != 0, 0, c, u.data());
   set_bytes(st, 4.0 * c * c * 9);
 }
 BENCHMARK(BM_WinogradBf16Weights)->ArgsProduct({{1, 2}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -1,8 +1,8 @@
 // Note [AVX2 clones]: the library builds for baseline x86-64 (SSE2). A few loops (the
 // normalisations' sums in norm/moments.h and the training normalisation's Y in norm/grad.cc,
 // pool/separable.cc, the Winograd weights in dnnl_util.cc, the dense maps' weight layouts in
-// conv/forward.cc and conv/grad.cc, the bfloat16 Winograd's transposes in
-// conv/winograd_bf16.cc) also run as copies compiled for AVX2 and FMA: the same
+// conv/forward.cc and conv/grad.cc, our Winograd's transposes in
+// conv/winograd2x2.cc) also run as copies compiled for AVX2 and FMA: the same
 // source, inlined (OMT_ALWAYS_INLINE) into a function declared with that target, chosen once
 // at run time by use_avx2_clones(). The copies do the same operations wider, except that the
 // compiler fuses a multiply and an add into one FMA there (GNU C++ contracts by default), which

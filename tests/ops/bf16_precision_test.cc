@@ -104,12 +104,12 @@ TEST(Bf16Precision, ConvGradOfStridedSmallMaps) {
   expect_bf16_products("ConvGrad", "com.onnx-mirror", a, {dy, x, w}, 2);
 }
 
-// Note [bfloat16 Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd_bf16.h): a 3x3 stride-1
+// Note [Winograd F(2x2, 3x3)] (backends/cpu/conv/winograd2x2.h): a 3x3 stride-1
 // convolution with channels in sixteens runs the project's bfloat16 Winograd kernel in all
 // three passes, which rounds the transformed operands rather than X, W and dY: its outputs are
 // within bfloat16's error of the float32 ones (each within 1e-2 of the largest; unrounded
 // float32 is some 1e-3 off, float32 on rounded operands a few 1e-3), and they are not the
-// float32 ones. tests/backends/winograd_bf16_test.cc bounds the error output by output.
+// float32 ones. tests/backends/winograd2x2_test.cc bounds the error output by output.
 void expect_bf16_winograd(const std::string& op, const std::string& domain, const AttributeMap& attrs,
                           const std::vector<Tensor>& inputs, int num_outputs) {
   if (!cpu::dnnl_has_bf16()) GTEST_SKIP() << "oneDNN has no native bfloat16 here (" << cpu::dnnl_isa_name() << ")";

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
+#include "backends/cpu/conv/winograd2x2.h"
 #include "graph/autodiff.h"
 #include "runtime/session.h"
 #include "tests/ops/gradient_check.h"
@@ -418,6 +419,29 @@ TEST(GradNnConv, MapsWithinTheKernelsReachInSeveralBlocksOfG) {
   expect_conv_grad_matches_float64({2, 256, 2, 2}, {128, 256, 3, 3}, 1, 290, 1e-5);
 }
 
+// Note [Winograd F(2x2, 3x3)] (conv/winograd2x2.h): under float32 our kernel runs the forward
+// and the data pass on maps of up to 4x4 (ResNet-18's layer2 at 3x32x32), oneDNN's Winograd
+// the weight gradient; and the forward wherever oneDNN would run its direct kernel (weights of
+// more channel pairs than WinogradWeights learns, on few positions). Against float64 sums,
+// within 1e-5 of the largest value, as oneDNN's Winograd above.
+TEST(GradNnConv, OurWinogradInFloat32) {
+  ASSERT_TRUE(cpu::winograd2x2_f32_data({3, 32, 4, 4}));
+  ASSERT_FALSE(cpu::winograd2x2_f32_data({3, 32, 8, 8}));
+  ASSERT_TRUE(cpu::winograd2x2_f32_forward({3, 32, 4, 4}));
+  ASSERT_FALSE(cpu::winograd2x2_f32_forward({3, 32, 5, 4}));
+  expect_conv_grad_matches_float64({3, 32, 4, 4}, {48, 32, 3, 3}, 1, 320, 1e-5);
+  expect_conv_grad_matches_float64({2, 16, 3, 3}, {16, 16, 3, 3}, 1, 323, 1e-5);
+  const AttributeMap a = attrs_of({{"pads", Ints{1, 1, 1, 1}}});
+  for (const auto& [xs, ws] : {std::pair<Shape, Shape>{{3, 32, 4, 4}, {48, 32, 3, 3}}, {{2, 144, 6, 6}, {144, 144, 3, 3}}}) {
+    const Tensor x = random_tensor(xs, 330), w = random_tensor(ws, 331), b = random_tensor({ws[0]}, 332);
+    const Tensor y32 = test::run_node("Conv", "", a, {x, w, b})[0];
+    const Tensor y64 = test::run_node("Conv", "", a, {f64(x), f64(w), f64(b)})[0];
+    ASSERT_EQ(y32.shape(), y64.shape());
+    EXPECT_LT(relative_error(y32, std::vector<double>(y64.data<double>(), y64.data<double>() + y64.numel())), 1e-5)
+        << shape_str(xs);
+  }
+}
+
 // Note [Winograd convolutions] (conv/geometry.h): a float32 3x3 stride-1 convolution with
 // channels in sixteens runs oneDNN's Winograd kernel on AVX-512 (the direct one elsewhere).
 // Its weight gradient always, its data gradient from kWinogradDataPositions output positions
@@ -444,7 +468,7 @@ TEST(GradNnConv, WinogradConvolutions) {
   EXPECT_LT(relative_error(y32, std::vector<double>(y64.data<double>(), y64.data<double>() + y64.numel())), 1e-5);
   // Which geometries ask for it: ResNet-18's layer1 and layer2 and the CNN's conv2; not a
   // stride, a group, a 5x5 kernel, channels not in sixteens or 2x2 maps. (Under bf16 these
-  // shapes take Note [bfloat16 Winograd F(2x2, 3x3)] instead.)
+  // shapes take Note [Winograd F(2x2, 3x3)] instead.)
   using cpu::winograd_candidate;
   const std::vector<int64_t> one{1, 1}, two{2, 2};
   EXPECT_TRUE(winograd_candidate({64, 64, 3, 3}, {32, 64, 8, 8}, one, one, 1));

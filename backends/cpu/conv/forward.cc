@@ -11,7 +11,7 @@
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/conv/thin.h"
-#include "backends/cpu/conv/winograd_bf16.h"
+#include "backends/cpu/conv/winograd2x2.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -73,7 +73,7 @@ struct DnnlConv {
 // as a oneDNN post-op while the output is still in cache (float64: a pass after im2col).
 class ConvKernel : public OpKernel {
  public:
-  explicit ConvKernel(const KernelInfo& info) : info_(info) {
+  explicit ConvKernel(const KernelInfo& info) : info_(info), winograd_(info.precision == MathPrecision::kBFloat16) {
     attrs_.read(info);
     constant_weights_ = info.constant_inputs.size() > 1 && info.constant_inputs[1] != nullptr;
     const std::string activation = info.attr().get_string("activation", "");
@@ -153,12 +153,13 @@ class ConvKernel : public OpKernel {
         }
         return;
       }
-      // Note [bfloat16 Winograd F(2x2, 3x3)] (conv/winograd_bf16.h).
-      if (info_.precision == MathPrecision::kBFloat16 &&
-          winograd_bf16_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, grp) &&
-          c >= kWinogradBf16ForwardChannels) {
+      // Note [Winograd F(2x2, 3x3)] (conv/winograd2x2.h).
+      const bool bf16 = info_.precision == MathPrecision::kBFloat16;
+      if (winograd2x2_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, grp, bf16) &&
+          (bf16 ? c >= kWinogradBf16ForwardChannels
+                : winograd2x2_f32_forward(out) || !dnnl_winograd_forward(wp->shape(), out, s, d))) {
         dnnl_set_num_threads(info_.num_threads);
-        winograd_.run(x.data<float>(), x.dim(0), c, x.dim(2), x.dim(3), winograd_bf16_weights(*wp, false, winograd_u_),
+        winograd_.run(x.data<float>(), x.dim(0), c, x.dim(2), x.dim(3), winograd2x2_weights(*wp, false, bf16, winograd_u_),
                       m, out[2], out[3], crop.pb[0], crop.pb[1], b ? b->data<float>() : nullptr, relu_,
                       y.data<float>());
         return;
@@ -187,15 +188,21 @@ class ConvKernel : public OpKernel {
   }
 
  private:
+  // Whether a float32 convolution asks for oneDNN's Winograd forward (Note [Winograd
+  // convolutions] in conv/geometry.h).
+  bool dnnl_winograd_forward(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
+                             const std::vector<int64_t>& d) const {
+    const bool fast_weights = w[0] * w[1] <= WinogradWeights::kMaxPairs;  // Note [Winograd weights]
+    return winograd_candidate(w, out, s, d, attrs_.group) && dnnl_has_avx512() &&
+           out[0] * out[2] * out[3] >= (fast_weights ? kWinogradForwardPositions : kWinogradForwardPositionsSlowWeights);
+  }
+
   DnnlConv create(const Tensor& x, const Tensor& w, bool has_bias, const Shape& out,
                   const std::vector<int64_t>& s, const std::vector<int64_t>& d,
                   const std::vector<int64_t>& pb, const std::vector<int64_t>& pe) const {
     // Note [Winograd convolutions] (conv/geometry.h): where oneDNN has it (dnnl_try reports a
     // refusal as kUnsupported), else direct.
-    const bool fast_weights = w.dim(0) * w.dim(1) <= WinogradWeights::kMaxPairs;  // Note [Winograd weights]
-    if (info_.precision == MathPrecision::kFloat32 && winograd_candidate(w.shape(), out, s, d, attrs_.group) &&
-        dnnl_has_avx512() &&
-        out[0] * out[2] * out[3] >= (fast_weights ? kWinogradForwardPositions : kWinogradForwardPositionsSlowWeights)) {
+    if (info_.precision == MathPrecision::kFloat32 && dnnl_winograd_forward(w.shape(), out, s, d)) {
       try {
         return create(dnnl::algorithm::convolution_winograd, x, w, has_bias, out, s, d, pb, pe);
       } catch (const Error& e) {
@@ -402,8 +409,8 @@ class ConvKernel : public OpKernel {
   const void* expanded_from_ = nullptr;  // the constant weights expanded_w_ holds, if any,
   int64_t expanded_for_ = 0;             // and for which of dense_'s maps
   std::vector<float> dense_yt_;  // its Y^T
-  WinogradBf16 winograd_;                // Note [bfloat16 Winograd F(2x2, 3x3)]
-  std::vector<uint16_t> winograd_u_;     // its U, unless shared
+  Winograd2x2 winograd_;                 // Note [Winograd F(2x2, 3x3)]
+  std::vector<float> winograd_u_;        // its U, unless shared
 };
 
 class ConvTransposeKernel : public OpKernel {

@@ -53,8 +53,10 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // sum's. So a float32 3x3 convolution with stride and dilation 1, one group, channels in
 // sixteens and output maps of at least 4x4 asks for it (oneDNN refuses below AVX-512, and
 // then the direct kernel runs). oneDNN has no bfloat16 Winograd kernel: under bf16 such shapes
-// (pads of at most 1) take the project's own (Note [bfloat16 Winograd F(2x2, 3x3)] in
-// conv/winograd_bf16.h), and the others oneDNN's direct one.
+// (pads of at most 1) take the project's own (Note [Winograd F(2x2, 3x3)] in
+// conv/winograd2x2.h), and the others oneDNN's direct one. Under float32 that kernel also
+// takes the forward and the data pass on maps of at most 4x4 (winograd2x2_f32_forward and
+// _data), and the forward wherever the rules below would leave oneDNN's direct kernel.
 // The forward reads its weights transformed, once a step (Note [Winograd weights] in
 // dnnl_util.h: oneDNN's own reorder into that layout is a reference loop, 5.2 ms for
 // 128x128x3x3, against 0.17 ms for that transform on Zen 5, Note [Winograd weights in

@@ -2,9 +2,9 @@
 // groups, strides, pads, dilations, auto_pad). float32 runs on oneDNN's backward-data and
 // backward-weights primitives, created once per shape with their layout reorders; dB is a
 // plain sum of dY. Only the outputs the graph reads are computed. Under bf16 (Note [Math
-// precision]) the primitives read bfloat16 and write float32, 3x3 stride-1 shapes take the
-// bfloat16 Winograd kernel (Note [bfloat16 Winograd F(2x2, 3x3)] in conv/winograd_bf16.h),
-// and the thin path stays float32.
+// precision]) the primitives read bfloat16 and write float32, 3x3 stride-1 shapes take our
+// Winograd kernel in bfloat16 (Note [Winograd F(2x2, 3x3)] in conv/winograd2x2.h), and the
+// thin path stays float32; under float32 it takes the small maps where it wins.
 #include <algorithm>
 #include <cstring>
 
@@ -12,7 +12,7 @@
 #include "backends/cpu/conv/depthwise.h"
 #include "backends/cpu/conv/geometry.h"
 #include "backends/cpu/conv/pointwise.h"
-#include "backends/cpu/conv/winograd_bf16.h"
+#include "backends/cpu/conv/winograd2x2.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/dnnl_util.h"
 
@@ -171,7 +171,10 @@ struct ConvBackward {
 
 class ConvGradKernel : public OpKernel {
  public:
-  explicit ConvGradKernel(const KernelInfo& info) : info_(info) { attrs_.read(info); }
+  explicit ConvGradKernel(const KernelInfo& info)
+      : info_(info), winograd_(info.precision == MathPrecision::kBFloat16) {
+    attrs_.read(info);
+  }
 
   void compute(KernelContext& ctx) override {
     const Tensor& dy = ctx.in(0);
@@ -282,15 +285,20 @@ class ConvGradKernel : public OpKernel {
       }
       return;
     }
-    // Note [bfloat16 Winograd F(2x2, 3x3)] (conv/winograd_bf16.h).
-    if (info_.precision == MathPrecision::kBFloat16 &&
-        winograd_bf16_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, attrs_.group)) {
+    // Note [Winograd F(2x2, 3x3)] (conv/winograd2x2.h).
+    const bool bf16 = info_.precision == MathPrecision::kBFloat16;
+    // Under float32 it gives dX only, and oneDNN's Winograd dW.
+    if (winograd2x2_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, attrs_.group, bf16) &&
+        (bf16 || (dx && winograd2x2_f32_data(out)))) {
       dnnl_set_num_threads(info_.num_threads);
       winograd_.backward(x.data<float>(), dy.data<float>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), m, out[2], out[3],
-                         crop.pb[0], crop.pb[1], dx ? winograd_bf16_weights(*wp, true, winograd_u_) : nullptr,
-                         dx ? dx->data<float>() : nullptr, dwp ? dwp->data<float>() : nullptr);
-      if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
-      return;
+                         crop.pb[0], crop.pb[1], dx ? winograd2x2_weights(*wp, true, bf16, winograd_u_) : nullptr,
+                         dx ? dx->data<float>() : nullptr, bf16 && dwp ? dwp->data<float>() : nullptr);
+      if (bf16 || !dw) {
+        if (crop.active && dw) copy_live_taps(crop, w.shape(), dw->data<float>(), cut_dw_.data<float>(), true);
+        return;
+      }
+      dx = nullptr;
     }
     std::vector<int64_t> key;
     append_key(key, x.shape());
@@ -598,8 +606,8 @@ class ConvGradKernel : public OpKernel {
   std::vector<float> positions_outer_x_, tap_rows_;  // X' and dW[m] as [K, C] (reduce_expanded_grad)
   ShapeCache<SmallMapTaps> small_taps_;       // Note [Strided convolutions on small maps]: tables by shape,
   std::vector<float> small_dy_, small_cols_;  // dY' and the columns
-  WinogradBf16 winograd_;                     // Note [bfloat16 Winograd F(2x2, 3x3)]: dX and dW,
-  std::vector<uint16_t> winograd_u_;          // with U unless shared
+  Winograd2x2 winograd_;                      // Note [Winograd F(2x2, 3x3)]: dX and dW,
+  std::vector<float> winograd_u_;             // with U unless shared
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Note [bfloat16 Winograd F(2x2, 3x3)] (conv/winograd_bf16.h).
-#include "backends/cpu/conv/winograd_bf16.h"
+// Note [Winograd F(2x2, 3x3)] (conv/winograd2x2.h).
+#include "backends/cpu/conv/winograd2x2.h"
 
 #include <algorithm>
 
@@ -10,9 +10,9 @@
 
 namespace omt::cpu {
 
-bool winograd_bf16_handles(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
+bool winograd2x2_handles(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                            const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
-                           const std::vector<int64_t>& pe, int64_t group) {
+                           const std::vector<int64_t>& pe, int64_t group, bool bf16) {
 #ifdef OMT_AVX512
   if (group != 1 || x.size() != 4 || w.size() != 4 || out.size() != 4) return false;
   if (w[2] != 3 || w[3] != 3 || w[0] % 16 != 0 || w[1] % 16 != 0) return false;
@@ -20,9 +20,9 @@ bool winograd_bf16_handles(const Shape& x, const Shape& w, const Shape& out, con
     if (s[i] != 1 || d[i] != 1 || pb[i] < 0 || pb[i] > 1 || pe[i] < 0 || pe[i] > 1 || x[i + 2] < 2 ||
         out[i + 2] < 2)
       return false;
-  return dnnl_has_bf16();
+  return bf16 ? dnnl_has_bf16() : dnnl_has_avx512();
 #else
-  (void)x, (void)w, (void)out, (void)s, (void)d, (void)pb, (void)pe, (void)group;
+  (void)x, (void)w, (void)out, (void)s, (void)d, (void)pb, (void)pe, (void)group, (void)bf16;
   return false;
 #endif
 }
@@ -47,9 +47,12 @@ constexpr int64_t kBlockFloats = 131072, kMinBlockTiles = 128, kMinWeightBlockTi
 
 #define OMT_BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
 
-OMT_BF16_TARGET inline void store_bf16(uint16_t* p, __m512 v) {
+// A vector into the GEMM operands' element type: bfloat16 bits (rounded to nearest even) or
+// float32.
+OMT_BF16_TARGET inline void store(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
+OMT_BF16_TARGET inline void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
 
 // dst [cols, rows] = src [rows, cols] transposed, with leading dimensions (Transpose8x8: this
 // file runs only on AVX-512 CPUs, which have AVX2).
@@ -62,8 +65,9 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) { trans
 // V of tiles [t0, t1) into v [16][t1 - t0][K]: tile t is sample t / (th tw), tile row
 // (t / tw) % th, column t % tw; its patch starts at X's (2 row - pt, 2 column - pl). `xt`: X
 // channels-inner [N, H, W, K].
+template <class E>
 OMT_BF16_TARGET void input_transform(const float* xt, int64_t k, int64_t h, int64_t w, int64_t th, int64_t tw,
-                                     int64_t pt, int64_t pl, int64_t t0, int64_t t1, uint16_t* v) {
+                                     int64_t pt, int64_t pl, int64_t t0, int64_t t1, E* v) {
   const int64_t per = th * tw, plane = (t1 - t0) * k;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t t = t0; t < t1; ++t) {
@@ -74,7 +78,7 @@ OMT_BF16_TARGET void input_transform(const float* xt, int64_t k, int64_t h, int6
         const int64_t y = y0 + i, x = x0 + j;
         at[i][j] = y >= 0 && y < h && x >= 0 && x < w ? xt + ((b * h + y) * w + x) * k : nullptr;
       }
-    uint16_t* out = v + (t - t0) * k;
+    E* out = v + (t - t0) * k;
     for (int64_t g = 0; g < k; g += 16) {
       __m512 d[4][4];
       for (int i = 0; i < 4; ++i)
@@ -87,11 +91,11 @@ OMT_BF16_TARGET void input_transform(const float* xt, int64_t k, int64_t h, int6
         r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
       }
       for (int i = 0; i < 4; ++i) {  // (B^T d) B
-        uint16_t* o = out + g + i * 4 * plane;
-        store_bf16(o, _mm512_sub_ps(r[i][0], r[i][2]));
-        store_bf16(o + plane, _mm512_add_ps(r[i][1], r[i][2]));
-        store_bf16(o + 2 * plane, _mm512_sub_ps(r[i][2], r[i][1]));
-        store_bf16(o + 3 * plane, _mm512_sub_ps(r[i][1], r[i][3]));
+        E* o = out + g + i * 4 * plane;
+        store(o, _mm512_sub_ps(r[i][0], r[i][2]));
+        store(o + plane, _mm512_add_ps(r[i][1], r[i][2]));
+        store(o + 2 * plane, _mm512_sub_ps(r[i][2], r[i][1]));
+        store(o + 3 * plane, _mm512_sub_ps(r[i][1], r[i][3]));
       }
     }
   }
@@ -130,8 +134,9 @@ OMT_BF16_TARGET void output_transform(const float* mo, int64_t nout, int64_t oh,
 
 // Z = A y A^T of tiles [t0, t1) of dY (`dyt` channels-inner [N, OH, OW, M]; outputs past Y's
 // edge are 0) into z [16][t1 - t0][M]: the weight gradient's GEMM operand.
+template <class E>
 OMT_BF16_TARGET void output_grad_transform(const float* dyt, int64_t m, int64_t oh, int64_t ow, int64_t th,
-                                           int64_t tw, int64_t t0, int64_t t1, uint16_t* z) {
+                                           int64_t tw, int64_t t0, int64_t t1, E* z) {
   const int64_t per = th * tw, plane = (t1 - t0) * m;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t t = t0; t < t1; ++t) {
@@ -140,7 +145,7 @@ OMT_BF16_TARGET void output_grad_transform(const float* dyt, int64_t m, int64_t 
     for (int a = 0; a < 2; ++a)
       for (int c = 0; c < 2; ++c)
         at[a][c] = oy + a < oh && ox + c < ow ? dyt + ((b * oh + oy + a) * ow + ox + c) * m : nullptr;
-    uint16_t* out = z + (t - t0) * m;
+    E* out = z + (t - t0) * m;
     for (int64_t g = 0; g < m; g += 16) {
       __m512 y[2][2];
       for (int a = 0; a < 2; ++a)
@@ -151,11 +156,11 @@ OMT_BF16_TARGET void output_grad_transform(const float* dyt, int64_t m, int64_t 
                               {_mm512_sub_ps(y[0][0], y[1][0]), _mm512_sub_ps(y[0][1], y[1][1])},
                               {_mm512_sub_ps(zero, y[1][0]), _mm512_sub_ps(zero, y[1][1])}};
       for (int i = 0; i < 4; ++i) {
-        uint16_t* o = out + g + i * 4 * plane;
-        store_bf16(o, r[i][0]);
-        store_bf16(o + plane, _mm512_add_ps(r[i][0], r[i][1]));
-        store_bf16(o + 2 * plane, _mm512_sub_ps(r[i][0], r[i][1]));
-        store_bf16(o + 3 * plane, _mm512_sub_ps(zero, r[i][1]));
+        E* o = out + g + i * 4 * plane;
+        store(o, r[i][0]);
+        store(o + plane, _mm512_add_ps(r[i][0], r[i][1]));
+        store(o + 2 * plane, _mm512_sub_ps(r[i][0], r[i][1]));
+        store(o + 3 * plane, _mm512_sub_ps(zero, r[i][1]));
       }
     }
   }
@@ -191,8 +196,9 @@ OMT_BF16_TARGET void weight_grad_transform(const float* s, int64_t c, int64_t m,
 // U's values for sixteen output channels [j, j + 16) of one input channel, whose taps
 // (unturned) lie in `taps` [9][len] from column j, into row[16][N'] (position xi's row at
 // xi N') from column n.
+template <class E>
 OMT_BF16_TARGET void weights_sixteen(const float* taps, int64_t len, bool data, int64_t j0, int64_t nout, int64_t n,
-                                     uint16_t* row) {
+                                     E* row) {
   const __m512 half = _mm512_set1_ps(0.5f);
   __m512 f[3][3];
   for (int i = 0; i < 3; ++i)
@@ -207,7 +213,7 @@ OMT_BF16_TARGET void weights_sixteen(const float* taps, int64_t len, bool data, 
   for (int i = 0; i < 4; ++i) {  // (G f) G^T
     const __m512 e[4] = {t[i][0], _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(t[i][0], t[i][1]), t[i][2])),
                          _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(t[i][0], t[i][1]), t[i][2])), t[i][2]};
-    for (int j = 0; j < 4; ++j) store_bf16(row + (i * 4 + j) * nout + n, e[j]);
+    for (int j = 0; j < 4; ++j) store(row + (i * 4 + j) * nout + n, e[j]);
   }
 }
 
@@ -226,11 +232,33 @@ int64_t block_tiles(int64_t tiles, int64_t most) {
 struct Scratch {
   std::vector<float> xt, dyt, out;  // X, dY and a correlation's output channels-inner
   std::vector<float> mo;            // a block's GEMM output, or the weight gradient's S
-  std::vector<uint16_t> v, z;       // a block's V and Z
+  std::vector<float> v, z;          // a block's V and Z, in the GEMMs' element type
 };
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+// `buf` resized to hold `n` GEMM operand elements (bfloat16 bits or float32).
+void* operand(std::vector<float>& buf, int64_t n, bool bf16) {
+  buf.resize(static_cast<size_t>(bf16 ? (n + 1) / 2 : n));
+  return buf.data();
+}
+
+// The transforms into the GEMMs' element type.
+void input_transform(bool bf16, const float* xt, int64_t k, int64_t h, int64_t w, int64_t th, int64_t tw, int64_t pt,
+                     int64_t pl, int64_t t0, int64_t t1, void* v) {
+  if (bf16)
+    input_transform(xt, k, h, w, th, tw, pt, pl, t0, t1, static_cast<uint16_t*>(v));
+  else
+    input_transform(xt, k, h, w, th, tw, pt, pl, t0, t1, static_cast<float*>(v));
+}
+void output_grad_transform(bool bf16, const float* dyt, int64_t m, int64_t oh, int64_t ow, int64_t th, int64_t tw,
+                           int64_t t0, int64_t t1, void* z) {
+  if (bf16)
+    output_grad_transform(dyt, m, oh, ow, th, tw, t0, t1, static_cast<uint16_t*>(z));
+  else
+    output_grad_transform(dyt, m, oh, ow, th, tw, t0, t1, static_cast<float*>(z));
 }
 
 // `to` [N, P, C] = `from` [N, C, P].
@@ -242,7 +270,10 @@ void channels_inner(const float* from, int64_t n, int64_t c, int64_t p, std::vec
 }  // namespace
 
 
-void winograd_bf16_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, uint16_t* u) {
+namespace {
+
+template <class E>
+void make_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, E* u) {
   const int64_t kin = data ? m : c, nout = data ? c : m, len = n1 - n0;
   OMT_ASSERT(n0 % 16 == 0 && len % 16 == 0, "U is made sixteen output channels at a time, got [", n0, ", ", n1, ")");
   if (len <= 0) return;
@@ -259,7 +290,7 @@ void winograd_bf16_weights(const float* w, int64_t m, int64_t c, bool data, int6
   }
   // A row of each position's plane at a time, then copied there: written straight into U, the
   // 16 stores of a vector's values lay a plane (8 or 32 KiB) apart, in one set of L1's.
-  thread_local std::vector<uint16_t> rows;
+  thread_local std::vector<E> rows;
   rows.resize(static_cast<size_t>(16 * nout));
   for (int64_t kk = 0; kk < kin; ++kk) {
     for (int64_t nn = n0; nn < n1; nn += 16) weights_sixteen(taps.data() + kk * 9 * len, len, data, nn - n0, nout, nn, rows.data());
@@ -268,27 +299,42 @@ void winograd_bf16_weights(const float* w, int64_t m, int64_t c, bool data, int6
   }
 }
 
-const uint16_t* winograd_bf16_weights(const Tensor& w, bool data, std::vector<uint16_t>& own) {
+}  // namespace
+
+void winograd2x2_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, uint16_t* u) {
+  make_weights(w, m, c, data, n0, n1, u);
+}
+void winograd2x2_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, float* u) {
+  make_weights(w, m, c, data, n0, n1, u);
+}
+
+const void* winograd2x2_weights(const Tensor& w, bool data, bool bf16, std::vector<float>& own) {
   const int64_t m = w.dim(0), c = w.dim(1), nout = data ? c : m;
   const float* src = w.data<float>();
-  const size_t elements = static_cast<size_t>(winograd_bf16_weight_elements(m, c));
+  const size_t elements = static_cast<size_t>(winograd2x2_weight_elements(m, c));
+  const size_t bytes = elements * (bf16 ? sizeof(uint16_t) : sizeof(float));
+  auto make = [&](void* dst, int64_t n0, int64_t n1) {
+    if (bf16)
+      winograd2x2_weights(src, m, c, data, n0, n1, static_cast<uint16_t*>(dst));
+    else
+      winograd2x2_weights(src, m, c, data, n0, n1, static_cast<float*>(dst));
+  };
   ParameterVersions& versions = ParameterVersions::get();
   if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
     const int64_t sixteens = nout / 16;  // parts of whole sixteens of channels
     const int parts = sixteens % 4 == 0 ? 4 : sixteens % 2 == 0 ? 2 : 1;
-    const std::string key = std::string(data ? "bf16 Winograd data " : "bf16 Winograd forward ") + shape_str(w.shape());
-    return static_cast<const uint16_t*>(
-        versions.derived(w.raw(), v, key, elements * sizeof(uint16_t), parts, [&](void* dst, int part) {
-          winograd_bf16_weights(src, m, c, data, nout * part / parts, nout * (part + 1) / parts,
-                                static_cast<uint16_t*>(dst));
-        }));
+    const std::string key = std::string(bf16 ? "bf16 " : "f32 ") + (data ? "Winograd data " : "Winograd forward ") +
+                            shape_str(w.shape());
+    return versions.derived(w.raw(), v, key, bytes, parts, [&](void* dst, int part) {
+      make(dst, nout * part / parts, nout * (part + 1) / parts);
+    });
   }
-  own.resize(elements);
-  winograd_bf16_weights(src, m, c, data, 0, nout, own.data());
+  own.resize((bytes + sizeof(float) - 1) / sizeof(float));
+  make(own.data(), 0, nout);
   return own.data();
 }
 
-void WinogradBf16::Gemm::run(dnnl::stream& st, const void* a, const void* b, float* c) {
+void Winograd2x2::Gemm::run(dnnl::stream& st, const void* a, const void* b, float* c) {
   src.set_data_handle(const_cast<void*>(a));
   wei.set_data_handle(const_cast<void*>(b));
   dst.set_data_handle(c);
@@ -296,10 +342,11 @@ void WinogradBf16::Gemm::run(dnnl::stream& st, const void* a, const void* b, flo
   st.wait();
 }
 
-WinogradBf16::Gemm& WinogradBf16::gemm(Gemm::Kind kind, int64_t tiles, int64_t k, int64_t nout) {
+Winograd2x2::Gemm& Winograd2x2::gemm(Gemm::Kind kind, int64_t tiles, int64_t k, int64_t nout) {
   std::vector<int64_t> key{kind, tiles, k, nout};
   if (Gemm* found = gemms_.find(key)) return *found;
-  Gemm g = dnnl_try("the bfloat16 Winograd convolution", "its batched matmul", [&] {
+  Gemm g = dnnl_try(bf16_ ? "the bfloat16 Winograd convolution" : "the float32 Winograd F(2x2, 3x3) convolution",
+                    "its batched matmul", [&] {
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
@@ -308,9 +355,9 @@ WinogradBf16::Gemm& WinogradBf16::gemm(Gemm::Kind kind, int64_t tiles, int64_t k
     // read transposed, times Z [16][tiles][N'] into S [16][K][N'], added to S after the first
     // block.
     const bool forward = kind == Gemm::kForward;
-    const md src = forward ? md({16, tiles, k}, dt::bf16, tag::abc)
-                           : md({16, k, tiles}, dt::bf16, dnnl::memory::dims{tiles * k, 1, k});
-    const md wei = forward ? md({16, k, nout}, dt::bf16, tag::abc) : md({16, tiles, nout}, dt::bf16, tag::abc);
+    const dt e = bf16_ ? dt::bf16 : dt::f32;
+    const md src = forward ? md({16, tiles, k}, e, tag::abc) : md({16, k, tiles}, e, dnnl::memory::dims{tiles * k, 1, k});
+    const md wei = forward ? md({16, k, nout}, e, tag::abc) : md({16, tiles, nout}, e, tag::abc);
     const md dst = forward ? md({16, tiles, nout}, dt::f32, tag::abc) : md({16, k, nout}, dt::f32, tag::abc);
     dnnl::primitive_attr attr;
     if (kind == Gemm::kWeightsAdded) {
@@ -330,11 +377,11 @@ WinogradBf16::Gemm& WinogradBf16::gemm(Gemm::Kind kind, int64_t tiles, int64_t k
   return gemms_.insert(std::move(key), std::move(g));
 }
 
-int64_t WinogradBf16::samples_a_chunk(int64_t per_sample) const {
+int64_t Winograd2x2::samples_a_chunk(int64_t per_sample) const {
   return std::max<int64_t>(1, chunk_floats_ / std::max<int64_t>(1, per_sample));
 }
 
-void WinogradBf16::run(const float* x, int64_t n, int64_t k, int64_t h, int64_t w, const uint16_t* u, int64_t nout,
+void Winograd2x2::run(const float* x, int64_t n, int64_t k, int64_t h, int64_t w, const void* u, int64_t nout,
                        int64_t oh, int64_t ow, int64_t pt, int64_t pl, const float* bias, bool relu, float* y) {
   Scratch& sc = scratch();
   const int64_t chunk = samples_a_chunk(std::max(k * h * w, nout * oh * ow));
@@ -345,8 +392,8 @@ void WinogradBf16::run(const float* x, int64_t n, int64_t k, int64_t h, int64_t 
   }
 }
 
-void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t c, int64_t h, int64_t w, int64_t m,
-                            int64_t oh, int64_t ow, int64_t pt, int64_t pl, const uint16_t* u, float* dx, float* dw) {
+void Winograd2x2::backward(const float* x, const float* dy, int64_t n, int64_t c, int64_t h, int64_t w, int64_t m,
+                            int64_t oh, int64_t ow, int64_t pt, int64_t pl, const void* u, float* dx, float* dw) {
   Scratch& sc = scratch();
   const int64_t chunk = samples_a_chunk(std::max(c * h * w, m * oh * ow));
   const int64_t th = (oh + 1) / 2, tw = (ow + 1) / 2;
@@ -363,15 +410,15 @@ void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t 
     const int64_t most = std::max<int64_t>(16 * c * m > kBlockFloats * 2 ? kMinWeightBlockTiles : 16,
                                            2 * kBlockFloats / (16 * std::max(c, m)));
     const int64_t tb = block_tiles(tiles, most - 1);
-    sc.v.resize(static_cast<size_t>(16 * tb * c));
-    sc.z.resize(static_cast<size_t>(16 * tb * m));
+    void* v = operand(sc.v, 16 * tb * c, bf16_);
+    void* z = operand(sc.z, 16 * tb * m, bf16_);
     sc.mo.resize(static_cast<size_t>(16 * c * m));
     for (int64_t t0 = 0; t0 < tiles; t0 += tb) {
       const int64_t t1 = std::min(tiles, t0 + tb);
-      input_transform(sc.xt.data(), c, h, w, th, tw, pt, pl, t0, t1, sc.v.data());
-      output_grad_transform(sc.dyt.data(), m, oh, ow, th, tw, t0, t1, sc.z.data());
+      input_transform(bf16_, sc.xt.data(), c, h, w, th, tw, pt, pl, t0, t1, v);
+      output_grad_transform(bf16_, sc.dyt.data(), m, oh, ow, th, tw, t0, t1, z);
       Gemm& g = gemm(b0 == 0 && t0 == 0 ? Gemm::kWeights : Gemm::kWeightsAdded, t1 - t0, c, m);
-      g.run(st, sc.v.data(), sc.z.data(), sc.mo.data());
+      g.run(st, v, z, sc.mo.data());
     }
   }
   if (!dw) return;
@@ -379,21 +426,21 @@ void WinogradBf16::backward(const float* x, const float* dy, int64_t n, int64_t 
   weight_grad_transform(sc.mo.data(), c, m, sc.out.data(), dw);
 }
 
-void WinogradBf16::correlate(const float* xt, int64_t n, int64_t k, int64_t h, int64_t w, const uint16_t* u,
+void Winograd2x2::correlate(const float* xt, int64_t n, int64_t k, int64_t h, int64_t w, const void* u,
                              int64_t nout, int64_t oh, int64_t ow, int64_t pt, int64_t pl, const float* bias, bool relu,
                              float* y) {
   const int64_t op = oh * ow, th = (oh + 1) / 2, tw = (ow + 1) / 2, tiles = n * th * tw;
   Scratch& sc = scratch();
   sc.out.resize(static_cast<size_t>(n * op * nout));
   const int64_t tb = block_tiles(tiles, std::max<int64_t>(kMinBlockTiles, kBlockFloats / (16 * nout)) - 1);
-  sc.v.resize(static_cast<size_t>(16 * tb * k));
+  void* v = operand(sc.v, 16 * tb * k, bf16_);
   sc.mo.resize(static_cast<size_t>(16 * tb * nout));
   dnnl::stream& st = dnnl_stream();
   for (int64_t t0 = 0; t0 < tiles; t0 += tb) {
     const int64_t t1 = std::min(tiles, t0 + tb);
-    input_transform(xt, k, h, w, th, tw, pt, pl, t0, t1, sc.v.data());
+    input_transform(bf16_, xt, k, h, w, th, tw, pt, pl, t0, t1, v);
     Gemm& g = gemm(Gemm::kForward, t1 - t0, k, nout);
-    g.run(st, sc.v.data(), u, sc.mo.data());
+    g.run(st, v, u, sc.mo.data());
     output_transform(sc.mo.data(), nout, oh, ow, th, tw, t0, t1, sc.out.data());
   }
   for (int64_t b = 0; b < n; ++b) {
@@ -413,23 +460,24 @@ void WinogradBf16::correlate(const float* xt, int64_t n, int64_t k, int64_t h, i
 
 #else
 
-// Without AVX-512 no convolution takes the kernel (winograd_bf16_handles says so), and none of
+// Without AVX-512 no convolution takes the kernel (winograd2x2_handles says so), and none of
 // these is called.
 namespace {
 [[noreturn]] void no_avx512() {
-  OMT_CHECK(false, kInternal, "the bfloat16 Winograd convolution runs only on CPUs with AVX-512 and AVX512-BF16");
+  OMT_CHECK(false, kInternal, "the Winograd F(2x2, 3x3) convolution runs only on CPUs with AVX-512");
   __builtin_unreachable();
 }
 }  // namespace
 
-void winograd_bf16_weights(const float*, int64_t, int64_t, bool, int64_t, int64_t, uint16_t*) { no_avx512(); }
-const uint16_t* winograd_bf16_weights(const Tensor&, bool, std::vector<uint16_t>&) { no_avx512(); }
-void WinogradBf16::run(const float*, int64_t, int64_t, int64_t, int64_t, const uint16_t*, int64_t, int64_t, int64_t,
+void winograd2x2_weights(const float*, int64_t, int64_t, bool, int64_t, int64_t, uint16_t*) { no_avx512(); }
+void winograd2x2_weights(const float*, int64_t, int64_t, bool, int64_t, int64_t, float*) { no_avx512(); }
+const void* winograd2x2_weights(const Tensor&, bool, bool, std::vector<float>&) { no_avx512(); }
+void Winograd2x2::run(const float*, int64_t, int64_t, int64_t, int64_t, const void*, int64_t, int64_t, int64_t,
                        int64_t, int64_t, const float*, bool, float*) {
   no_avx512();
 }
-void WinogradBf16::backward(const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                            int64_t, int64_t, const uint16_t*, float*, float*) {
+void Winograd2x2::backward(const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, const void*, float*, float*) {
   no_avx512();
 }
 
