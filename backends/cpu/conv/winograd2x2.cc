@@ -11,8 +11,8 @@
 namespace omt::cpu {
 
 bool winograd2x2_handles(const Shape& x, const Shape& w, const Shape& out, const std::vector<int64_t>& s,
-                           const std::vector<int64_t>& d, const std::vector<int64_t>& pb,
-                           const std::vector<int64_t>& pe, int64_t group, bool bf16) {
+                         const std::vector<int64_t>& d, const std::vector<int64_t>& pb, const std::vector<int64_t>& pe,
+                         int64_t group, bool bf16) {
 #ifdef OMT_AVX512
   if (group != 1 || x.size() != 4 || w.size() != 4 || out.size() != 4) return false;
   if (w[2] != 3 || w[3] != 3 || w[0] % 16 != 0 || w[1] % 16 != 0) return false;
@@ -45,6 +45,9 @@ constexpr int64_t kBlockFloats = 131072, kMinBlockTiles = 128, kMinWeightBlockTi
 // transform 165 us a call). Padding the planes instead made oneDNN take its slower gemm:jit
 // matmul for brgemm (16 x 128 x 64 x 64: 43.5 against 32.6 us).
 
+// The kernels are built for AVX-512 with AVX512-BF16. Only the bfloat16 store below converts;
+// the float32 path (its store and every transform) uses no AVX512-BF16 instruction, so it runs
+// on any AVX-512 CPU (winograd2x2_handles).
 #define OMT_BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
 
 // A vector into the GEMM operands' element type: bfloat16 bits (rounded to nearest even) or
