@@ -624,6 +624,16 @@ TEST(GradNnConv, ConstantWeightsCutOncePerCrop) {
                                       331);
 }
 
+// Note [Winograd F(2x2, 3x3)]: with constant weights our float32 forward (maps of up to 4x4)
+// transforms them once: 4x4 and 3x4 maps, a 1x5 one on oneDNN with the weights cut to a row
+// of taps, then the 4x4 again.
+TEST(GradNnConv, ConstantWeightsTransformedOnceForOurWinograd) {
+  ASSERT_TRUE(cpu::winograd2x2_f32_forward({2, 16, 3, 4}));
+  expect_constant_weight_conv_matches(random_tensor({16, 16, 3, 3}, 340),
+                                      {Shape{2, 16, 4, 4}, Shape{2, 16, 3, 4}, Shape{2, 16, 1, 5}, Shape{2, 16, 4, 4}},
+                                      341);
+}
+
 // Note [Pointwise convolutions on plain layouts] (conv/geometry.h): 1x1, stride 1, unpadded,
 // one group runs oneDNN's gemm convolution on NCHW from kPointwisePlainPixels output pixels
 // up (4x4, a 1-D 20), the blocked kernels below (2x2) and with a stride or pads. From 256

@@ -157,11 +157,16 @@ class ConvKernel : public OpKernel {
       const bool bf16 = info_.precision == MathPrecision::kBFloat16;
       if (winograd2x2_handles(x.shape(), wp->shape(), out, s, d, crop.pb, crop.pe, grp, bf16) &&
           (bf16 ? c >= kWinogradBf16ForwardChannels
-                : winograd2x2_f32_forward(out) || !dnnl_winograd_forward(wp->shape(), out, s, d))) {
+                : winograd2x2_f32_forward(out) ||
+                      (!fast_winograd_weights(wp->shape()) && !dnnl_winograd_forward(wp->shape(), out, s, d)))) {
         dnnl_set_num_threads(info_.num_threads);
-        winograd_.run(x.data<float>(), x.dim(0), c, x.dim(2), x.dim(3), winograd2x2_weights(*wp, false, bf16, winograd_u_),
-                      m, out[2], out[3], crop.pb[0], crop.pb[1], b ? b->data<float>() : nullptr, relu_,
-                      y.data<float>());
+        // Constant weights (inference) are transformed once, as the oneDNN path reorders them
+        // once.
+        const bool kept = constant_weights_ && winograd_from_ == wp->raw();
+        const void* u = kept ? winograd_u_.data() : winograd2x2_weights(*wp, false, bf16, winograd_u_);
+        if (!kept) winograd_from_ = constant_weights_ && u == winograd_u_.data() ? wp->raw() : nullptr;
+        winograd_.run(x.data<float>(), x.dim(0), c, x.dim(2), x.dim(3), u, m, out[2], out[3], crop.pb[0], crop.pb[1],
+                      b ? b->data<float>() : nullptr, relu_, y.data<float>());
         return;
       }
       // Note [Thin convolutions, direct] (conv/thin.h).
@@ -188,13 +193,16 @@ class ConvKernel : public OpKernel {
   }
 
  private:
+  // Whether WinogradWeights makes the transformed weights of oneDNN's Winograd forward (Note
+  // [Winograd weights]), rather than oneDNN's reference reorder.
+  static bool fast_winograd_weights(const Shape& w) { return w[0] * w[1] <= WinogradWeights::kMaxPairs; }
   // Whether a float32 convolution asks for oneDNN's Winograd forward (Note [Winograd
   // convolutions] in conv/geometry.h).
   bool dnnl_winograd_forward(const Shape& w, const Shape& out, const std::vector<int64_t>& s,
                              const std::vector<int64_t>& d) const {
-    const bool fast_weights = w[0] * w[1] <= WinogradWeights::kMaxPairs;  // Note [Winograd weights]
     return winograd_candidate(w, out, s, d, attrs_.group) && dnnl_has_avx512() &&
-           out[0] * out[2] * out[3] >= (fast_weights ? kWinogradForwardPositions : kWinogradForwardPositionsSlowWeights);
+           out[0] * out[2] * out[3] >=
+               (fast_winograd_weights(w) ? kWinogradForwardPositions : kWinogradForwardPositionsSlowWeights);
   }
 
   DnnlConv create(const Tensor& x, const Tensor& w, bool has_bias, const Shape& out,
@@ -411,6 +419,7 @@ class ConvKernel : public OpKernel {
   std::vector<float> dense_yt_;  // its Y^T
   Winograd2x2 winograd_;                 // Note [Winograd F(2x2, 3x3)]
   std::vector<float> winograd_u_;        // its U, unless shared
+  const void* winograd_from_ = nullptr;  // the constant weights winograd_u_ holds U of, if any
 };
 
 class ConvTransposeKernel : public OpKernel {

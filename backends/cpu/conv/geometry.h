@@ -56,7 +56,8 @@ inline bool plain_pointwise(const Shape& w, const Shape& out, const std::vector<
 // (pads of at most 1) take the project's own (Note [Winograd F(2x2, 3x3)] in
 // conv/winograd2x2.h), and the others oneDNN's direct one. Under float32 that kernel also
 // takes the forward and the data pass on maps of at most 4x4 (winograd2x2_f32_forward and
-// _data), and the forward wherever the rules below would leave oneDNN's direct kernel.
+// _data), and the forward where the rules below leave oneDNN's direct kernel on weights past
+// WinogradWeights' size.
 // The forward reads its weights transformed, once a step (Note [Winograd weights] in
 // dnnl_util.h: oneDNN's own reorder into that layout is a reference loop, 5.2 ms for
 // 128x128x3x3, against 0.17 ms for that transform on Zen 5, Note [Winograd weights in

@@ -28,7 +28,7 @@
 //   batch 32 (oneDNN direct: its Winograd weights are past WinogradWeights' size) forward
 //   62.7-64.5 -> 37.7-42.2 ms, 512 on 7x7 level, both gradients 1.3-1.6x slower. So under
 //   float32 the forward and the data pass take it on maps of at most 4x4, the forward also
-//   where oneDNN would run its direct kernel, and the weight gradient never
+//   where oneDNN would run its direct kernel on such weights, and the weight gradient never
 //   (winograd2x2_f32_forward and _data below).
 // Per call, a chunk of samples at a time: X to channels-inner (NHWC, float32), then blocks of
 // tiles: V of the block (AVX-512, 16 channels a vector), the 16 GEMMs, the output transform
@@ -58,8 +58,8 @@ bool winograd2x2_handles(const Shape& x, const Shape& w, const Shape& out, const
 
 // Which float32 passes of a convolution that the kernel handles run it rather than oneDNN's
 // (`out`: the output's shape), as measured (Note above): the forward and the data pass on
-// maps of at most kWinogradF32Positions (the forward also wherever oneDNN would run its direct
-// kernel, conv/forward.cc); the weight gradient never.
+// maps of at most kWinogradF32Positions (the forward also where oneDNN would run its direct
+// kernel on weights past WinogradWeights' size, conv/forward.cc); the weight gradient never.
 constexpr int64_t kWinogradF32Positions = 16;
 inline bool winograd2x2_f32_forward(const Shape& out) { return out[2] * out[3] <= kWinogradF32Positions; }
 inline bool winograd2x2_f32_data(const Shape& out) { return out[2] * out[3] <= kWinogradF32Positions; }
