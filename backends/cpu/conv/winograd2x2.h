@@ -23,10 +23,10 @@
 //   BM_ResNetConvGrad, one thread, Zen 4, oneDNN -> ours, us a call, two interleaved runs):
 //   ResNet-18's layer2 at 3x32x32 (128 channels, 4x4) forward 1136-1256 -> 761-838 at batch
 //   32 and 1583-1862 -> 1420-1615 at 64, data pass 1005-1076 -> 741-815 and 1994-2098 ->
-//   1412-1538 (oneDNN's direct kernel there); layer1 (64, 8x8) level in the forward, the data
-//   pass 10-30% and the weight gradient 20-40% slower; at 224x224, 256 channels on 14x14 at
+//   1412-1578 (oneDNN's direct kernel there); layer1 (64, 8x8) level in the forward, the data
+//   pass 10-40% and the weight gradient 10-60% slower; at 224x224, 256 channels on 14x14 at
 //   batch 32 (oneDNN direct: its Winograd weights are past WinogradWeights' size) forward
-//   62.7-64.5 -> 37.7-42.2 ms, 512 on 7x7 level, both gradients 1.3-1.6x slower. So under
+//   62.6-64.5 -> 37.7-42.2 ms, 512 on 7x7 level, both gradients 1.3-1.6x slower. So under
 //   float32 the forward and the data pass take it on maps of at most 4x4, the forward also
 //   where oneDNN would run its direct kernel on such weights, and the weight gradient never
 //   (winograd2x2_f32_forward and _data below).
