@@ -104,7 +104,8 @@ double expect_close(const std::vector<float>& got, const Reference& r, const std
 // is made in, the first empty with 16 channels: Note [Parameter versions]), in `own`.
 const void* weights(const std::vector<float>& w, int64_t m, int64_t c, bool data, bool bf16_math, bool parts,
                     std::vector<float>& own) {
-  const int64_t nout = data ? c : m, split = parts ? nout / 32 * 16 : nout, elements = winograd2x2_weight_elements(m, c);
+  const int64_t nout = data ? c : m, split = parts ? nout / 32 * 16 : nout;
+  const int64_t elements = winograd2x2_weight_elements(m, c);
   own.assign(static_cast<size_t>(bf16_math ? (elements + 1) / 2 : elements), 0.0f);
   for (const auto& [n0, n1] : {std::pair<int64_t, int64_t>{0, split}, {split, nout}}) {
     if (bf16_math)
@@ -204,7 +205,8 @@ void check_all(bool bf16_math) {
   check(kCases[5], false, false, bf16_math, rng, worst, 2 * 48 * 36);
   check(kCases[1], false, false, bf16_math, rng, worst, 1);
   check(kCases[3], true, true, bf16_math, rng, worst, 1);
-  std::printf("worst relative errors: forward %.3g, weight gradient %.3g, data pass %.3g\n", worst[0], worst[1], worst[2]);
+  std::printf("worst relative errors: forward %.3g, weight gradient %.3g, data pass %.3g\n", worst[0], worst[1],
+              worst[2]);
 }
 
 TEST(Winograd2x2, MatchesTheConvolutionWithinBfloat16) {

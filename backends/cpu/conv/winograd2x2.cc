@@ -228,7 +228,6 @@ int64_t block_tiles(int64_t tiles, int64_t most) {
   return even % 2 == 1 ? even : even + 1;
 }
 
-
 // The temporaries, one set a thread (a replica's kernels run one at a time on its thread):
 // with a set a kernel, each call found its own cold (ResNet-18 bf16, layer1's forward 0.69 ms
 // a call in a step against 0.43 alone).
@@ -270,11 +269,7 @@ void channels_inner(const float* from, int64_t n, int64_t c, int64_t p, std::vec
   for (int64_t b = 0; b < n; ++b) transpose(from + b * c * p, c, p, to.data() + b * p * c);
 }
 
-}  // namespace
-
-
-namespace {
-
+// U of output channels [n0, n1) (winograd2x2_weights).
 template <class E>
 void make_weights(const float* w, int64_t m, int64_t c, bool data, int64_t n0, int64_t n1, E* u) {
   const int64_t kin = data ? m : c, nout = data ? c : m, len = n1 - n0;
@@ -348,8 +343,9 @@ void Winograd2x2::Gemm::run(dnnl::stream& st, const void* a, const void* b, floa
 Winograd2x2::Gemm& Winograd2x2::gemm(Gemm::Kind kind, int64_t tiles, int64_t k, int64_t nout) {
   std::vector<int64_t> key{kind, tiles, k, nout};
   if (Gemm* found = gemms_.find(key)) return *found;
-  Gemm g = dnnl_try(bf16_ ? "the bfloat16 Winograd convolution" : "the float32 Winograd F(2x2, 3x3) convolution",
-                    "its batched matmul", [&] {
+  const char* what =
+      bf16_ ? "the bfloat16 Winograd F(2x2, 3x3) convolution" : "the float32 Winograd F(2x2, 3x3) convolution";
+  Gemm g = dnnl_try(what, "its batched matmul", [&] {
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
@@ -359,7 +355,8 @@ Winograd2x2::Gemm& Winograd2x2::gemm(Gemm::Kind kind, int64_t tiles, int64_t k, 
     // block.
     const bool forward = kind == Gemm::kForward;
     const dt e = bf16_ ? dt::bf16 : dt::f32;
-    const md src = forward ? md({16, tiles, k}, e, tag::abc) : md({16, k, tiles}, e, dnnl::memory::dims{tiles * k, 1, k});
+    const md src =
+        forward ? md({16, tiles, k}, e, tag::abc) : md({16, k, tiles}, e, dnnl::memory::dims{tiles * k, 1, k});
     const md wei = forward ? md({16, k, nout}, e, tag::abc) : md({16, tiles, nout}, e, tag::abc);
     const md dst = forward ? md({16, tiles, nout}, dt::f32, tag::abc) : md({16, k, nout}, dt::f32, tag::abc);
     dnnl::primitive_attr attr;
