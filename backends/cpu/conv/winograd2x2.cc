@@ -247,20 +247,13 @@ void* operand(std::vector<float>& buf, int64_t n, bool bf16) {
   return buf.data();
 }
 
-// The transforms into the GEMMs' element type.
-void input_transform(bool bf16, const float* xt, int64_t k, int64_t h, int64_t w, int64_t th, int64_t tw, int64_t pt,
-                     int64_t pl, int64_t t0, int64_t t1, void* v) {
+// f(p) with `p` as the GEMM operands' element type: bfloat16 bits or float32.
+template <class F>
+void as_operand(bool bf16, void* p, F&& f) {
   if (bf16)
-    input_transform(xt, k, h, w, th, tw, pt, pl, t0, t1, static_cast<uint16_t*>(v));
+    f(static_cast<uint16_t*>(p));
   else
-    input_transform(xt, k, h, w, th, tw, pt, pl, t0, t1, static_cast<float*>(v));
-}
-void output_grad_transform(bool bf16, const float* dyt, int64_t m, int64_t oh, int64_t ow, int64_t th, int64_t tw,
-                           int64_t t0, int64_t t1, void* z) {
-  if (bf16)
-    output_grad_transform(dyt, m, oh, ow, th, tw, t0, t1, static_cast<uint16_t*>(z));
-  else
-    output_grad_transform(dyt, m, oh, ow, th, tw, t0, t1, static_cast<float*>(z));
+    f(static_cast<float*>(p));
 }
 
 // `to` [N, P, C] = `from` [N, C, P].
@@ -312,10 +305,7 @@ const void* winograd2x2_weights(const Tensor& w, bool data, bool bf16, std::vect
   const size_t elements = static_cast<size_t>(winograd2x2_weight_elements(m, c));
   const size_t bytes = elements * (bf16 ? sizeof(uint16_t) : sizeof(float));
   auto make = [&](void* dst, int64_t n0, int64_t n1) {
-    if (bf16)
-      winograd2x2_weights(src, m, c, data, n0, n1, static_cast<uint16_t*>(dst));
-    else
-      winograd2x2_weights(src, m, c, data, n0, n1, static_cast<float*>(dst));
+    as_operand(bf16, dst, [&](auto* u) { make_weights(src, m, c, data, n0, n1, u); });
   };
   ParameterVersions& versions = ParameterVersions::get();
   if (const uint64_t v = versions.version(w.raw(), w.nbytes())) {
@@ -415,8 +405,8 @@ void Winograd2x2::backward(const float* x, const float* dy, int64_t n, int64_t c
     sc.mo.resize(static_cast<size_t>(16 * c * m));
     for (int64_t t0 = 0; t0 < tiles; t0 += tb) {
       const int64_t t1 = std::min(tiles, t0 + tb);
-      input_transform(bf16_, sc.xt.data(), c, h, w, th, tw, pt, pl, t0, t1, v);
-      output_grad_transform(bf16_, sc.dyt.data(), m, oh, ow, th, tw, t0, t1, z);
+      as_operand(bf16_, v, [&](auto* e) { input_transform(sc.xt.data(), c, h, w, th, tw, pt, pl, t0, t1, e); });
+      as_operand(bf16_, z, [&](auto* e) { output_grad_transform(sc.dyt.data(), m, oh, ow, th, tw, t0, t1, e); });
       Gemm& g = gemm(b0 == 0 && t0 == 0 ? Gemm::kWeights : Gemm::kWeightsAdded, t1 - t0, c, m);
       g.run(st, v, z, sc.mo.data());
     }
@@ -438,7 +428,7 @@ void Winograd2x2::correlate(const float* xt, int64_t n, int64_t k, int64_t h, in
   dnnl::stream& st = dnnl_stream();
   for (int64_t t0 = 0; t0 < tiles; t0 += tb) {
     const int64_t t1 = std::min(tiles, t0 + tb);
-    input_transform(bf16_, xt, k, h, w, th, tw, pt, pl, t0, t1, v);
+    as_operand(bf16_, v, [&](auto* e) { input_transform(xt, k, h, w, th, tw, pt, pl, t0, t1, e); });
     Gemm& g = gemm(Gemm::kForward, t1 - t0, k, nout);
     g.run(st, v, u, sc.mo.data());
     output_transform(sc.mo.data(), nout, oh, ow, th, tw, t0, t1, sc.out.data());
